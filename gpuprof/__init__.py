@@ -1,0 +1,38 @@
+"""gpuprof: GPU cluster profiler and scaling analyzer.
+
+Public API (kept honest by tests/test_api.py):
+
+    open_run(spec, out="reports") -> Run     a run folder by path, 'latest' or number
+    Run.info, Run.table(name), Run.tables()  run.json and per-iteration DataFrames
+    GpuprofError, UsageError, MeasurementError
+
+`open_run` and `Run` load pandas on first use, so `gpuprof.records` stays stdlib-only.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from gpuprof.errors import GpuprofError, MeasurementError, UsageError
+from gpuprof.records import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from gpuprof.store import Run, open_run
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "GpuprofError",
+    "MeasurementError",
+    "Run",
+    "UsageError",
+    "__version__",
+    "open_run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Run", "open_run"):
+        from gpuprof import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")

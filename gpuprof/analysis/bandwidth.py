@@ -1,0 +1,83 @@
+"""Collective bandwidth with nccl-tests semantics (REFERENCE.md; nccl-tests doc/PERFORMANCE.md).
+
+algbw = S / t with S the nccl-tests "size" column; busbw = algbw x a per-op factor that makes
+numbers comparable with the unidirectional link bandwidth. A collective ends when its slowest
+rank does, so each iteration's time is the max over the group's ranks; the case's time is the
+median of those maxima (never a mean of per-rank bandwidths).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gpuprof.analysis import require_columns
+
+
+def bus_factor(op: str, num_ranks: int) -> float:
+    """nccl-tests bus bandwidth factor for `op` on `num_ranks` ranks."""
+    n = num_ranks
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    raise ValueError(f"no bus factor for op {op!r}")
+
+
+SUMMARY_KEYS = [
+    "case_id",
+    "op",
+    "dtype",
+    "redop",
+    "size_bytes",
+    "in_place",
+    "scope",
+    "group",
+    "world_size",
+    "num_nodes",
+]
+SUMMARY_COLUMNS = [
+    *SUMMARY_KEYS,
+    "time_us",
+    "time_us_p99",
+    "time_us_min",
+    "num_iterations",
+    "algbw_gbps",
+    "busbw_gbps",
+    "nwrong",
+]
+
+
+def iteration_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (case, group, iteration): the slowest rank's time."""
+    require_columns(frame, [*SUMMARY_KEYS, "iteration", "time_us", "rank"], "collectives")
+    keys = [*SUMMARY_KEYS, "iteration"]
+    return frame.groupby(keys, sort=False, dropna=False)["time_us"].max().reset_index()
+
+
+def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
+    """One summary row per case and group, as `gpuprof show --table collectives` prints it."""
+    require_columns(frame, [*SUMMARY_KEYS, "iteration", "time_us", "rank", "nwrong"], "collectives")
+    if frame.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    per_iter = iteration_times(frame).groupby(SUMMARY_KEYS, sort=False, dropna=False)["time_us"]
+    summary = pd.DataFrame(
+        {
+            "time_us": per_iter.median(),
+            "time_us_p99": per_iter.quantile(0.99),
+            "time_us_min": per_iter.min(),
+            "num_iterations": per_iter.size(),
+        }
+    )
+    wrong = frame.groupby([*SUMMARY_KEYS, "rank"], sort=False, dropna=False)["nwrong"].first()
+    # min_count=1: a case nobody checked (--no-check) stays missing, never "0 wrong".
+    summary["nwrong"] = wrong.groupby(level=list(range(len(SUMMARY_KEYS)))).sum(min_count=1)
+    summary = summary.reset_index()
+    summary["algbw_gbps"] = summary["size_bytes"] / summary["time_us"] / 1e3
+    pairs = zip(summary["op"], summary["world_size"], strict=True)
+    factors = [bus_factor(op, n) for op, n in pairs]
+    summary["busbw_gbps"] = summary["algbw_gbps"] * pd.Series(factors, index=summary.index)
+    summary["nwrong"] = summary["nwrong"].astype("Int64")
+    order = ["scope", "world_size", "group", "op", "in_place", "dtype", "size_bytes"]
+    return summary[SUMMARY_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)

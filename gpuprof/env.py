@@ -1,0 +1,232 @@
+"""Who launched us, which versions run, and what the machine has (GPUs, CPU, memory, NICs).
+
+Nothing here imports torch at module level: `versions()` imports it when asked, so the light
+commands stay light. NVML is optional: without a driver the GPU list is empty and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import sys
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+import psutil
+
+from gpuprof.errors import UsageError
+
+ENV_PREFIXES = (
+    "NCCL_",
+    "TORCH_",
+    "TORCHELASTIC_",
+    "CUDA_",
+    "GLOO_",
+    "UCX_",
+    "PYTORCH_",
+    "NVIDIA_",
+    "OMP_",
+    "MKL_",
+    "SLURM_",
+    "PET_",
+)
+ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "KMP_AFFINITY")
+_SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def detect_launcher(environ: Mapping[str, str] | None = None) -> str:
+    """'torchrun' in a torchrun worker, else 'slurm' in an allocation, else 'local'."""
+    env = os.environ if environ is None else environ
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchrun"
+    if "SLURM_JOB_ID" in env:
+        return "slurm"
+    return "local"
+
+
+def captured_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment variables, with secret-looking names redacted."""
+    env = os.environ if environ is None else environ
+    kept = {}
+    for name in sorted(env):
+        if name.startswith(ENV_PREFIXES) or name in ENV_NAMES:
+            kept[name] = REDACTED if _SECRET_RE.search(name) else env[name]
+    return kept
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def gpuprof_version() -> str | None:
+    """The installed gpuprof version (no torch import)."""
+    return _package_version("gpuprof")
+
+
+def torchrun_sizes(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(WORLD_SIZE, LOCAL_WORLD_SIZE) set by torchrun; a UsageError outside a launcher."""
+    env = os.environ if environ is None else environ
+    if "WORLD_SIZE" not in env or "RANK" not in env:
+        raise UsageError(
+            "not started by a launcher (WORLD_SIZE and RANK are unset)",
+            "use `torchrun --nproc-per-node N -m ...` or `gpuprof run`",
+        )
+    world = int(env["WORLD_SIZE"])
+    return world, int(env.get("LOCAL_WORLD_SIZE", world))
+
+
+def versions() -> dict[str, str | None]:
+    """python, gpuprof, torch, cuda, nccl and driver versions (None where absent)."""
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available() and torch.distributed.is_nccl_available():
+        nccl = ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+    return {
+        "python": platform.python_version(),
+        "gpuprof": gpuprof_version(),
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "driver": nvml_driver_version(),
+    }
+
+
+def _nvml() -> Any:
+    """The initialised pynvml module, or None when NVML or its driver is absent."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded / ImportError
+        return None
+    return pynvml
+
+
+def nvml_driver_version() -> str | None:
+    """The NVIDIA driver version through NVML, or None without a driver."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return str(nvml.nvmlSystemGetDriverVersion())
+    finally:
+        nvml.nvmlShutdown()
+
+
+def gpus() -> list[dict[str, Any]]:
+    """GPUs as NVML lists them, identified by UUID and PCI bus id (never by index alone)."""
+    nvml = _nvml()
+    if nvml is None:
+        return []
+    try:
+        found = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            found.append(
+                {
+                    "nvml_index": index,
+                    "name": str(nvml.nvmlDeviceGetName(handle)),
+                    "uuid": str(nvml.nvmlDeviceGetUUID(handle)),
+                    "pci_bus_id": str(nvml.nvmlDeviceGetPciInfo(handle).busId),
+                    "memory_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                }
+            )
+        return found
+    finally:
+        nvml.nvmlShutdown()
+
+
+def nics() -> list[dict[str, Any]]:
+    """Network interfaces with their state, MTU, line rate (Mbit/s, 0 if unknown) and IPv4."""
+    addrs = psutil.net_if_addrs()
+    found = []
+    for name, stats in sorted(psutil.net_if_stats().items()):
+        ipv4 = [a.address for a in addrs.get(name, []) if a.family == socket.AF_INET]
+        found.append(
+            {
+                "name": name,
+                "up": bool(stats.isup),
+                "mtu": int(stats.mtu),
+                "speed_mbps": int(stats.speed),
+                "ipv4": ipv4,
+            }
+        )
+    return found
+
+
+def node_info(node_rank: int = 0) -> dict[str, Any]:
+    """This host as run.json records it under `nodes`."""
+    memory = psutil.virtual_memory()
+    return {
+        "node_rank": node_rank,
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": {
+            "model": _cpu_model(),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "physical_cores": psutil.cpu_count(logical=False),
+        },
+        "memory_bytes": int(memory.total),
+        "gpus": gpus(),
+        "nics": nics(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe() -> dict[str, Any]:
+    """What `gpuprof env` prints: launcher, versions, this node, captured environment."""
+    return {
+        "launcher": detect_launcher(),
+        "executable": sys.executable,
+        "versions": versions(),
+        "node": node_info(),
+        "env": captured_env(),
+    }
+
+
+def format_description(info: dict[str, Any]) -> str:
+    """`gpuprof env` as readable lines."""
+    node = info["node"]
+    cpu = node["cpu"]
+    lines = [f"launcher   {info['launcher']}"]
+    lines += [f"{k:<10} {v}" for k, v in info["versions"].items() if v is not None]
+    missing = [k for k, v in info["versions"].items() if v is None]
+    if missing:
+        lines.append(f"{'absent':<10} {', '.join(missing)}")
+    lines.append(f"host       {node['host']} ({node['os']})")
+    lines.append(f"cpu        {cpu['model']}, {cpu['logical_cores']} logical cores")
+    lines.append(f"memory     {node['memory_bytes'] / 2**30:.1f} GiB")
+    if node["gpus"]:
+        for gpu in node["gpus"]:
+            lines.append(
+                f"gpu {gpu['nvml_index']:<6} {gpu['name']}  {gpu['pci_bus_id']}  "
+                f"{gpu['uuid']}  {gpu['memory_bytes'] / 2**30:.0f} GiB"
+            )
+    else:
+        lines.append("gpus       none visible to NVML (no NVIDIA driver); CPU + gloo will be used")
+    for nic in node["nics"]:
+        state = "up" if nic["up"] else "down"
+        rate = f"{nic['speed_mbps']} Mbit/s" if nic["speed_mbps"] else "rate unknown"
+        lines.append(
+            f"nic        {nic['name']:<12} {state:<4} {rate:<14} mtu {nic['mtu']}  "
+            f"{' '.join(nic['ipv4'])}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""Click option groups defined once, used by `gpuprof sweep/run` and by the rank-side mains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import click
+
+from gpuprof.errors import UsageError
+from gpuprof.plan import OPS, CollectivesParams
+from gpuprof.units import parse_size, parse_size_list, size_range
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(func: F) -> F:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
+def collectives_options(func: F) -> F:
+    """Options of the collectives probe (nccl-tests spellings -b/-e/-f/-d/-o where they exist)."""
+    return stack(
+        click.option("--op", "-o", "ops", help=f"ops, comma-separated, or 'all': {','.join(OPS)}"),
+        click.option("--dtype", "-d", "dtypes", help="dtypes: float32,bfloat16,float16"),
+        click.option("--min-bytes", "-b", help="smallest size, e.g. 8 or 1K"),
+        click.option("--max-bytes", "-e", help="largest size, e.g. 1G"),
+        click.option("--factor", "-f", type=float, help="size multiplication factor (2)"),
+        click.option("--sizes", help="explicit size list, e.g. 1K,1M,64M"),
+        click.option("--redop", help="reduce op: sum, max or min"),
+        click.option(
+            "--mode",
+            "modes",
+            type=click.Choice(["both", "in_place", "out_of_place"]),
+            help="in-place, out-of-place or both where the op offers both",
+        ),
+        click.option("--scopes", help="scopes: intra,global"),
+        click.option("--warmup", "-w", "warmup_iters", type=int, help="warmup iterations"),
+        click.option("--min-iters", type=int, help="fewest timed iterations per case"),
+        click.option("--max-iters", type=int, help="most timed iterations per case"),
+        click.option("--budget-ms", type=float, help="time budget per case (iterations adapt)"),
+        click.option("--check/--no-check", default=None, help="count wrong elements (default on)"),
+    )(func)
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def collectives_params(base: CollectivesParams, opts: dict[str, Any]) -> CollectivesParams:
+    """`base` (a suite's parameters) overridden by the options the user gave."""
+    changes: dict[str, Any] = {}
+    if opts.get("ops"):
+        changes["ops"] = OPS if opts["ops"] == "all" else _csv(opts["ops"])
+    for key in ("dtypes", "scopes"):
+        if opts.get(key):
+            changes[key] = _csv(opts[key])
+    if opts.get("modes"):
+        both = ("out_of_place", "in_place")
+        changes["modes"] = both if opts["modes"] == "both" else (opts["modes"],)
+    for key in ("redop", "warmup_iters", "min_iters", "max_iters", "check"):
+        if opts.get(key) is not None:
+            changes[key] = opts[key]
+    if opts.get("budget_ms") is not None:
+        changes["budget_s"] = opts["budget_ms"] / 1e3
+    sizes = _sizes(base, opts)
+    if sizes is not None:
+        changes["sizes"] = tuple(sizes)
+    return replace(base, **changes)
+
+
+def _sizes(base: CollectivesParams, opts: dict[str, Any]) -> list[int] | None:
+    ranged = any(opts.get(k) is not None for k in ("min_bytes", "max_bytes", "factor"))
+    if opts.get("sizes") and ranged:
+        raise UsageError("--sizes cannot be combined with --min-bytes/--max-bytes/--factor")
+    if opts.get("sizes"):
+        return parse_size_list(opts["sizes"])
+    if not ranged:
+        return None
+    low = parse_size(opts["min_bytes"]) if opts.get("min_bytes") else min(base.sizes)
+    high = parse_size(opts["max_bytes"]) if opts.get("max_bytes") else max(base.sizes)
+    return size_range(low, high, opts.get("factor") or 2.0)
+
+
+COLLECTIVE_KEYS = (
+    "ops",
+    "dtypes",
+    "min_bytes",
+    "max_bytes",
+    "factor",
+    "sizes",
+    "redop",
+    "modes",
+    "scopes",
+    "warmup_iters",
+    "min_iters",
+    "max_iters",
+    "budget_ms",
+    "check",
+)
+
+
+def pop_collectives(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the collectives options from a command's kwargs."""
+    return {key: kwargs.pop(key) for key in COLLECTIVE_KEYS}

@@ -1,0 +1,202 @@
+"""What a sweep measures: suites, per-probe parameters and the sweep plan (no torch here).
+
+Parameters are frozen keyword-only dataclasses; they travel from the launcher to the ranks as
+JSON (`plan.json` in the run folder), so the rank side measures exactly what the user asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from gpuprof.errors import UsageError
+from gpuprof.units import parse_size, size_range
+
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "sendrecv",
+)
+DTYPES = ("float32", "bfloat16", "float16")
+REDOPS = ("sum", "max", "min")
+MODES = ("out_of_place", "in_place")
+SCOPES = ("intra", "global")
+SUITES = ("quick", "standard", "full")
+DEVICES = ("auto", "cuda", "cpu")
+PROBES = ("collectives",)
+
+
+def _check_choices(kind: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+    if not values:
+        raise UsageError(f"no {kind} given", f"choose from {', '.join(allowed)}")
+    for value in values:
+        if value not in allowed:
+            raise UsageError(f"unknown {kind} {value!r}", f"choose from {', '.join(allowed)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectivesParams:
+    """What the collectives probe measures and how long it may spend on each case."""
+
+    ops: tuple[str, ...] = OPS
+    dtypes: tuple[str, ...] = ("float32",)
+    sizes: tuple[int, ...] = tuple(size_range(1 << 10, 16 << 20, 4))
+    modes: tuple[str, ...] = MODES
+    redop: str = "sum"
+    scopes: tuple[str, ...] = SCOPES
+    warmup_iters: int = 3
+    min_iters: int = 5
+    max_iters: int = 1000
+    budget_s: float = 0.1
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choices("op", self.ops, OPS)
+        _check_choices("dtype", self.dtypes, DTYPES)
+        _check_choices("mode", self.modes, MODES)
+        _check_choices("scope", self.scopes, SCOPES)
+        _check_choices("reduce op", (self.redop,), REDOPS)
+        if not self.sizes or min(self.sizes) <= 0:
+            raise UsageError("sizes must be positive", "e.g. --sizes 1K,1M,64M")
+        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise UsageError(
+                "iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters",
+                "check --warmup, --min-iters and --max-iters",
+            )
+        if self.budget_s <= 0:
+            raise UsageError("--budget-ms must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CollectivesParams:
+        """Inverse of to_dict (lists become tuples)."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
+
+
+def suite_collectives(suite: str, device: str) -> CollectivesParams:
+    """The collectives parameters of a suite; GPUs get larger sizes than CPU/gloo."""
+    _check_choices("suite", (suite,), SUITES)
+    gpu = device == "cuda"
+    if suite == "quick":
+        top = parse_size("1G" if gpu else "16M")
+        return CollectivesParams(sizes=tuple(size_range(1 << 10, top, 4)), budget_s=0.1)
+    if suite == "standard":
+        top = parse_size("1G" if gpu else "64M")
+        return CollectivesParams(
+            sizes=tuple(size_range(8, top, 2)), dtypes=("float32", "bfloat16"), budget_s=0.3
+        )
+    top = parse_size("4G" if gpu else "256M")
+    return CollectivesParams(
+        sizes=tuple(size_range(8, top, 2)), dtypes=DTYPES, budget_s=1.0, warmup_iters=5
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepPlan:
+    """Everything the ranks need to know to run a sweep; written to `plan.json`."""
+
+    num_nodes: int = 1
+    gpus_per_node: int = 1
+    device: str = "auto"
+    suite: str = "quick"
+    probes: tuple[str, ...] = PROBES
+    collectives: CollectivesParams = field(default_factory=CollectivesParams)
+    case_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1:
+            raise UsageError(f"--nodes must be at least 1, got {self.num_nodes}")
+        if self.gpus_per_node < 1:
+            raise UsageError(
+                f"--gpus must be at least 1, got {self.gpus_per_node}",
+                "give the number of ranks per node",
+            )
+        _check_choices("device", (self.device,), DEVICES)
+        _check_choices("probe", self.probes, PROBES)
+        if self.case_timeout_s <= 0:
+            raise UsageError("--timeout must be positive")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the whole job."""
+        return self.num_nodes * self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepPlan:
+        """Inverse of to_dict."""
+        fields = dict(data)
+        fields["probes"] = tuple(fields["probes"])
+        fields["collectives"] = CollectivesParams.from_dict(fields["collectives"])
+        return cls(**fields)
+
+    def with_device(self, device: str) -> SweepPlan:
+        """The same plan with the device resolved (auto -> cuda or cpu)."""
+        return replace(self, device=device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSpec:
+    """One scope at one world size: the concurrent process groups that measure it.
+
+    `members` lists the ranks of each group; groups of one spec run at the same time (one per
+    node for `intra`), so a slow node stands out. `names` label each group in the tables.
+    """
+
+    scope: str
+    world_size: int
+    num_nodes: int
+    members: tuple[tuple[int, ...], ...]
+    names: tuple[str, ...]
+
+
+def intra_sizes(gpus_per_node: int, num_nodes: int) -> list[int]:
+    """Intra-node world sizes 2, 4, 8, ... and G itself; on one node G is the global scope."""
+    sizes = []
+    size = 2
+    while size < gpus_per_node:
+        sizes.append(size)
+        size *= 2
+    if num_nodes > 1 and gpus_per_node > 1:
+        sizes.append(gpus_per_node)
+    return sizes
+
+
+def scope_groups(num_nodes: int, gpus_per_node: int, scopes: tuple[str, ...]) -> list[GroupSpec]:
+    """Every group spec a sweep measures, smallest scope first (DESIGN.md section 4)."""
+    specs: list[GroupSpec] = []
+    if "intra" in scopes:
+        for size in intra_sizes(gpus_per_node, num_nodes):
+            members = tuple(
+                tuple(range(node * gpus_per_node, node * gpus_per_node + size))
+                for node in range(num_nodes)
+            )
+            names = tuple(f"node{node}" for node in range(num_nodes))
+            specs.append(
+                GroupSpec(scope="intra", world_size=size, num_nodes=1, members=members, names=names)
+            )
+    if "global" in scopes:
+        world = num_nodes * gpus_per_node
+        specs.append(
+            GroupSpec(
+                scope="global",
+                world_size=world,
+                num_nodes=num_nodes,
+                members=(tuple(range(world)),),
+                names=("all",),
+            )
+        )
+    return specs

@@ -1,0 +1,8 @@
+"""Rank-side probes. Importing this package does not import torch; the probe modules do.
+
+A new probe = one module with `run(ctx, params, num_nodes, gpus_per_node)` + one entry here.
+"""
+
+from __future__ import annotations
+
+PROBE_MODULES = {"collectives": "gpuprof.probes.collectives"}

@@ -1,0 +1,388 @@
+"""The probe harness: process groups, device, warmup, timing, adaptive iterations, records.
+
+A probe module only describes its cases (`Case`: an id, its parameters, and how to build the
+timed operation and its correctness check); `run_cases` does the rest, identically for every
+probe (the nccl-tests shape: one harness, small per-op files).
+
+Timing: CUDA events around every iteration on GPU (the op is enqueued on the current stream);
+`time.perf_counter_ns` around every iteration on CPU, where gloo calls block until done. Every
+iteration of every rank is kept. The iteration count adapts to a per-case time budget from the
+warmup time, agreed across the group (max over ranks) so all ranks run the same iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gpuprof.plan import GroupSpec
+from gpuprof.records import (
+    CaseRecord,
+    ShardWriter,
+    Where,
+    failure_record,
+    phase_marker,
+    shard_path,
+    skip_record,
+)
+
+FAULT_ENV = "GPUPROF_FAULT_RANK"  # test-only: this rank perturbs its inputs before each check
+
+
+def resolve_device(request: str) -> str:
+    """'auto' -> 'cuda' where a GPU is visible, else 'cpu'."""
+    if request == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return request
+
+
+@dataclass(kw_only=True)
+class Context:
+    """One rank's view of the job: identity, device, backend and its record shard."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    host: str
+    device: torch.device
+    backend: str
+    case_timeout_s: float
+    _writer: ShardWriter | None = field(default=None, repr=False)
+    verbose: bool = True
+    _watchdog: _Watchdog | None = field(default=None, repr=False)
+
+    def log(self, message: str) -> None:
+        """Progress on stderr, from global rank 0 only."""
+        if self.rank == 0 and self.verbose:
+            print(message, file=sys.stderr, flush=True)
+
+    @property
+    def writer(self) -> ShardWriter:
+        """This rank's record shard."""
+        assert self._writer is not None, "attach_shard() first"
+        return self._writer
+
+    def sync(self) -> None:
+        """Wait for the device to finish queued work (no-op on CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Context:
+    """Join the job's process group (nccl on CUDA, gloo on CPU) and open this rank's shard."""
+    device_type = resolve_device(device_request)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda but torch sees no CUDA device")
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    # Waiting at a scope boundary can outlast one case; the watchdog bounds each case.
+    pg_timeout = timedelta(seconds=max(1800.0, 4 * case_timeout_s))
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=pg_timeout)
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    local_world = _env_int("LOCAL_WORLD_SIZE", world_size)
+    ctx = Context(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        node_rank=_env_int("GROUP_RANK", rank // local_world),
+        num_nodes=max(1, world_size // local_world),
+        host=os.environ.get("GPUPROF_HOST") or socket.gethostname(),
+        device=device,
+        backend=backend,
+        case_timeout_s=case_timeout_s,
+    )
+    if run_dir is not None:
+        attach_shard(ctx, run_dir)
+    ctx._watchdog = _Watchdog(ctx)
+    return ctx
+
+
+def attach_shard(ctx: Context, run_dir: Path) -> None:
+    """Open this rank's shard in `run_dir` (once the run folder is known)."""
+    ctx._writer = ShardWriter(shard_path(run_dir, ctx.rank))
+
+
+def rank_info(ctx: Context) -> dict[str, Any]:
+    """This rank's identity for run.json `ranks`, its GPU named by UUID and PCI bus id."""
+    info: dict[str, Any] = {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "node_rank": ctx.node_rank,
+        "host": ctx.host,
+        "device": str(ctx.device),
+        "pid": os.getpid(),
+    }
+    if ctx.device.type == "cuda":
+        props = torch.cuda.get_device_properties(ctx.device)
+        info["gpu_name"] = props.name
+        info["gpu_uuid"] = str(getattr(props, "uuid", ""))
+        bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
+        if None not in bus:
+            info["pci_bus_id"] = f"{bus[0]:08x}:{bus[1]:02x}:{bus[2]:02x}.0"
+    return info
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """A group this rank measures in, with the labels its records carry."""
+
+    spec: GroupSpec
+    group: Any  # a ProcessGroup, or None for the default (world) group
+    name: str
+    group_rank: int
+    ranks: tuple[int, ...]
+
+    def where(self, ctx: Context) -> Where:
+        """Record labels for this rank in this scope."""
+        return Where(
+            rank=ctx.rank,
+            node_rank=ctx.node_rank,
+            host=ctx.host,
+            scope=self.spec.scope,
+            group=self.name,
+            world_size=self.spec.world_size,
+            num_nodes=self.spec.num_nodes,
+            group_rank=self.group_rank,
+        )
+
+
+def make_scopes(ctx: Context, specs: Iterable[GroupSpec]) -> list[Scope | None]:
+    """Create every sub-group (all ranks call new_group in one order); None if not a member."""
+    scopes: list[Scope | None] = []
+    for spec in specs:
+        mine: Scope | None = None
+        for name, members in zip(spec.names, spec.members, strict=False):
+            whole = len(members) == ctx.world_size
+            group = None if whole else dist.new_group(list(members))
+            if ctx.rank in members:
+                mine = Scope(
+                    spec=spec,
+                    group=group,
+                    name=name,
+                    group_rank=members.index(ctx.rank),
+                    ranks=members,
+                )
+        scopes.append(mine)
+    return scopes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A built case: `run` is one timed operation; `check` re-inits inputs, runs once and
+    returns the number of wrong elements on this rank."""
+
+    run: Callable[[], None]
+    check: Callable[[], int] | None = None
+
+
+class Unsupported(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a case builder when the backend or device cannot run the case."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One measured configuration: id, table columns, and how to build it."""
+
+    case_id: str
+    params: dict[str, Any]
+    build: Callable[[], Prepared]
+    describe: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """How long a case may take, as iterations and seconds."""
+
+    warmup_iters: int
+    min_iters: int
+    max_iters: int
+    budget_s: float
+
+
+class _Watchdog:
+    """Ends this rank (exit 3) with a failure record when one case outlives its timeout."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._case: tuple[str, str, Where, float] | None = None
+        self._lock = threading.Lock()
+        threading.Thread(target=self._loop, name="gpuprof-watchdog", daemon=True).start()
+
+    @contextmanager
+    def watch(self, probe: str, case_id: str, where: Where) -> Iterator[None]:
+        with self._lock:
+            self._case = (probe, case_id, where, time.monotonic())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._case = None
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(min(1.0, self._ctx.case_timeout_s / 10))
+            with self._lock:
+                case = self._case
+            if case and time.monotonic() - case[3] > self._ctx.case_timeout_s:
+                probe, case_id, where, _ = case
+                error = f"case timed out after {self._ctx.case_timeout_s:g} s"
+                self._ctx.writer.write(failure_record(probe, case_id, where, error))
+                print(
+                    f"gpuprof: rank {self._ctx.rank} on {self._ctx.host}: {probe} {case_id}: "
+                    f"{error}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(3)
+
+
+def _time_cpu(op: Callable[[], None], iters: int) -> list[float]:
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(iters):
+        start = clock()
+        op()
+        times.append((clock() - start) / 1e3)
+    return times
+
+
+def _time_cuda(op: Callable[[], None], iters: int) -> list[float]:
+    starts = [
+        torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        for _ in range(iters)
+    ]
+    ends = [
+        torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        for _ in range(iters)
+    ]
+    for start, end in zip(starts, ends, strict=False):
+        start.record()
+        op()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]  # ms -> us
+
+
+def time_iterations(ctx: Context, op: Callable[[], None], iters: int) -> list[float]:
+    """Per-iteration times in microseconds (CUDA events on GPU, perf_counter_ns on CPU)."""
+    return _time_cuda(op, iters) if ctx.device.type == "cuda" else _time_cpu(op, iters)
+
+
+def agreed_max(ctx: Context, value: float, group: Any) -> float:
+    """The max of `value` over the group (also a synchronisation point)."""
+    tensor = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    return float(tensor.item())
+
+
+def iterations_for(budget: Budget, seconds_per_iter: float) -> int:
+    """Iterations that fill the budget, clamped to [min_iters, max_iters]."""
+    if seconds_per_iter <= 0:
+        return budget.max_iters
+    wanted = math.ceil(budget.budget_s / seconds_per_iter)
+    return max(budget.min_iters, min(budget.max_iters, wanted))
+
+
+def measure(
+    ctx: Context, scope: Scope, prepared: Prepared, budget: Budget
+) -> tuple[list[float], int | None]:
+    """Warm up, check correctness, agree on the iteration count, then time every iteration.
+
+    `nwrong` is None when the case has no check: unchecked is missing, never "0 wrong".
+    """
+    warm = time_iterations(ctx, prepared.run, max(1, budget.warmup_iters))
+    nwrong = prepared.check() if prepared.check else None
+    steady = warm[1:] or warm  # the first call pays for connection setup
+    per_iter_s = agreed_max(ctx, sorted(steady)[len(steady) // 2] / 1e6, scope.group)
+    times = time_iterations(ctx, prepared.run, iterations_for(budget, per_iter_s))
+    return times, nwrong
+
+
+def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget) -> None:
+    """Measure one case on this rank and append its record (or a skip or failure)."""
+    where = scope.where(ctx)
+    ctx.writer.write(phase_marker(probe, case.case_id, where, "start"))
+    assert ctx._watchdog is not None
+    with ctx._watchdog.watch(probe, case.case_id, where):
+        start_ns = time.time_ns()
+        try:
+            prepared = case.build()
+            times, nwrong = measure(ctx, scope, prepared, budget)
+        except Unsupported as exc:
+            ctx.writer.write(skip_record(probe, case.case_id, where, str(exc)))
+            return
+        except Exception as exc:
+            ctx.writer.write(failure_record(probe, case.case_id, where, repr(exc)))
+            raise
+        record = CaseRecord(
+            probe=probe,
+            case_id=case.case_id,
+            where=where,
+            params=case.params,
+            times_us=times,
+            results={"nwrong": nwrong},
+            warmup_iters=budget.warmup_iters,
+            start_unix_ns=start_ns,
+            end_unix_ns=time.time_ns(),
+        )
+        ctx.writer.write(record.to_dict())
+    if scope.group_rank == 0 and ctx.rank == 0:
+        median = sorted(times)[len(times) // 2]
+        ctx.log(
+            f"  {case.describe or case.case_id}: {median:,.1f} us x {len(times)}"
+            + (f"  #wrong {nwrong}" if nwrong else "")
+        )
+
+
+def run_cases(
+    ctx: Context,
+    probe: str,
+    scopes: list[Scope | None],
+    cases_for: Callable[[Scope], list[Case]],
+    budget: Budget,
+) -> None:
+    """Run every case of every scope this rank belongs to; scopes are separated by barriers."""
+    for scope in scopes:
+        if scope is not None:
+            cases = cases_for(scope)
+            if ctx.rank == scope.ranks[0]:
+                ctx.log(
+                    f"[{probe}] {scope.spec.scope} n={scope.spec.world_size}: {len(cases)} cases"
+                )
+            for case in cases:
+                run_case(ctx, probe, scope, case, budget)
+        dist.barrier()
+    ctx.writer.sync()
+
+
+def fault_rank() -> int | None:
+    """The rank the test-only fault hook perturbs, if any."""
+    value = os.environ.get(FAULT_ENV)
+    return int(value) if value else None

@@ -1,0 +1,135 @@
+"""Rank-side records and their JSONL shards (stdlib only: importable without torch or pandas).
+
+Each rank appends to `ranks/rank-NNNNN.jsonl` and flushes after every case, so a crash loses at
+most the case in flight. One line per event:
+
+- `case`: one measured case on one rank, with every timed iteration in `times_us`;
+- `phase`: a case start marker (wall clock, for telemetry attribution and for naming the case a
+  dead rank was in);
+- `skip`: a case that was not measured, and why (for example a dtype the backend lacks);
+- `failure`: a case that failed on this rank, with the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+SCHEMA_VERSION = 1
+
+RANKS_DIR = "ranks"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where:
+    """Who measured: the rank, its node, and the group (scope) the case ran in."""
+
+    rank: int
+    node_rank: int
+    host: str
+    scope: str
+    group: str
+    world_size: int
+    num_nodes: int
+    group_rank: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseRecord:
+    """Every timed iteration of one case on one rank."""
+
+    probe: str
+    case_id: str
+    where: Where
+    params: dict[str, Any]
+    times_us: list[float]
+    results: dict[str, Any] = field(default_factory=dict)
+    warmup_iters: int = 0
+    start_unix_ns: int = 0
+    end_unix_ns: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-ready dict tagged `type: case`."""
+        data = asdict(self)
+        data.update(data.pop("where"))
+        return {"type": "case", **data}
+
+
+def phase_marker(probe: str, case_id: str, where: Where, event: str) -> dict[str, Any]:
+    """A `phase` line: `event` is 'start' or 'end', stamped with the wall clock in ns."""
+    return {
+        "type": "phase",
+        "probe": probe,
+        "case_id": case_id,
+        "event": event,
+        "unix_ns": time.time_ns(),
+        **asdict(where),
+    }
+
+
+def skip_record(probe: str, case_id: str, where: Where, reason: str) -> dict[str, Any]:
+    """A `skip` line: the case was not measured, and why."""
+    return {"type": "skip", "probe": probe, "case_id": case_id, "reason": reason, **asdict(where)}
+
+
+def failure_record(probe: str, case_id: str, where: Where, error: str) -> dict[str, Any]:
+    """A `failure` line: the case failed on this rank with `error`."""
+    return {
+        "type": "failure",
+        "probe": probe,
+        "case_id": case_id,
+        "error": error,
+        "unix_ns": time.time_ns(),
+        **asdict(where),
+    }
+
+
+def shard_path(run_dir: Path, rank: int) -> Path:
+    """Where rank `rank` writes its records."""
+    return run_dir / RANKS_DIR / f"rank-{rank:05d}.jsonl"
+
+
+class ShardWriter:
+    """Append-only JSONL writer that flushes after every line."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()  # the watchdog thread may write a failure
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record and push it to the OS, so a crash of this process loses nothing."""
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def sync(self) -> None:
+        """Force the shard to disk (end of a probe)."""
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Close the shard."""
+        self._file.close()
+
+
+def read_shard(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the records of one shard; a torn last line (a crash mid-write) is skipped."""
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.endswith("\n"):
+                return
+            yield json.loads(line)
+
+
+def iter_run_records(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Yield the records of every rank shard of a run, rank by rank."""
+    for path in sorted((run_dir / RANKS_DIR).glob("rank-*.jsonl")):
+        yield from read_shard(path)

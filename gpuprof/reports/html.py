@@ -1,0 +1,142 @@
+"""The self-contained HTML report: plotly.js embedded once, every string escaped, verdict first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+from plotly.offline import get_plotlyjs
+
+from gpuprof.analysis.bandwidth import summarize_collectives
+from gpuprof.reports.figures import busbw_figure
+from gpuprof.reports.text import table_cells
+from gpuprof.store import Run
+from gpuprof.units import format_size
+
+REPORT_NAME = "report.html"
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("gpuprof.reports", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def method_lines(info: dict[str, Any], plan: dict[str, Any] | None) -> list[str]:
+    """How each number in the report was measured, in words."""
+    cuda = info.get("device") == "cuda"
+    params = (plan or {}).get("collectives", {})
+    timer = ("CUDA events recorded around every iteration on the current stream" if cuda else
+             "time.perf_counter_ns around every blocking gloo call")
+    return [
+        f"Timing: {timer}; every iteration of every rank is kept in collectives.parquet.",
+        f"Each case: {params.get('warmup_iters', '?')} warmup iteration(s), one correctness "
+        "iteration with exactly predictable inputs (#wrong counts elements that differ), then "
+        f"timed iterations filling a {1e3 * float(params.get('budget_s', 0)):g} ms budget "
+        f"(between {params.get('min_iters', '?')} and {params.get('max_iters', '?')}), the "
+        "count agreed across the group from the slowest rank's warmup.",
+        "time_us is the median over iterations of the slowest rank's time (a collective ends "
+        "when its last rank does); p99_us likewise.",
+        "algbw = size / time; busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, "
+        "reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, sendrecv 1 (nccl-tests "
+        "semantics). Sizes are binary (KiB, MiB), bandwidth decimal (1 GB/s = 1e9 B/s).",
+        "size is the whole buffer for all_reduce, broadcast, reduce and sendrecv, the total "
+        "output for all_gather, the total input for reduce_scatter, and the per-rank send "
+        "buffer for all_to_all.",
+        "torch.distributed offers all_reduce, broadcast and reduce only in place, and "
+        "all_to_all and send/recv only out of place; those ops are measured in that one mode.",
+        "Scopes, all measured inside one launch with sub-groups: intra = ranks of one node "
+        "(sizes 2, 4, ...; every node at once), global = every rank.",
+    ]
+
+
+def _meta(info: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for node in info.get("nodes", []):
+        cpu = node.get("cpu", {})
+        gpus = node.get("gpus", [])
+        gpu_text = f"{len(gpus)} x {gpus[0]['name']}" if gpus else "none visible to NVML"
+        rows.append((
+            f"node {node.get('node_rank')}: {node.get('host')}",
+            f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores, "
+            f"{format_size(node.get('memory_bytes', 0))} memory; GPUs: {gpu_text}",
+        ))
+    versions = info.get("versions", {})
+    rows.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)))
+    rows.append(("launcher", f"{info.get('launcher')} ({info.get('num_nodes')} node(s) x "
+                             f"{info.get('gpus_per_node')} rank(s))"))
+    env = info.get("env", {})
+    if env:
+        rows.append(("environment", ", ".join(f"{k}={v}" for k, v in env.items())))
+    return rows
+
+
+def _verdict(info: dict[str, Any], summary: pd.DataFrame) -> tuple[str, bool]:
+    where = f"{info.get('world_size')} rank(s), {info.get('device')}/{info.get('backend')}"
+    if summary.empty:
+        return f"No collective was measured ({info.get('status')}).", True
+    wrong = summary[summary["nwrong"].fillna(0) > 0]
+    unchecked = int(summary["nwrong"].isna().sum())
+    best = summary.iloc[int(summary["busbw_gbps"].to_numpy().argmax())]
+    peak = (f"Peak bus bandwidth {best['busbw_gbps']:.2f} GB/s ({best['op']} "
+            f"{format_size(best['size_bytes'])}, {best['scope']} n={best['world_size']}).")
+    if len(wrong):
+        return (f"{len(wrong)} of {len(summary)} cases returned wrong results on {where}: "
+                "do not trust this fabric until that is explained. " + peak), True
+    status = info.get("status")
+    if status != "complete":
+        return (f"Run {status}: {len(summary)} cases measured on {where} before it stopped; "
+                "every result checked was correct. " + peak), True
+    if unchecked:
+        return (f"{len(summary)} cases measured on {where}; {unchecked} were not checked for "
+                f"correctness (--no-check). {peak}"), False
+    return f"{len(summary)} cases measured on {where}; every result was correct. {peak}", False
+
+
+def _figures(summary: pd.DataFrame) -> list[str]:
+    html = []
+    for (op, dtype), _ in summary.groupby(["op", "dtype"], sort=False):
+        fig = busbw_figure(summary, str(op), str(dtype))
+        html.append(fig.to_html(full_html=False, include_plotlyjs=False,
+                                config={"displaylogo": False, "responsive": True}))
+    return html
+
+
+def render_report(run: Run) -> str:
+    """The report of a run as one HTML string."""
+    info = run.info
+    summary = (summarize_collectives(run.table("collectives"))
+               if "collectives" in run.tables() else summarize_collectives(_empty()))
+    plan_path = run.path / "plan.json"
+    plan = None
+    if plan_path.exists():
+        import json
+
+        plan = json.loads(plan_path.read_text("utf-8"))
+    verdict, bad = _verdict(info, summary)
+    header, rows = table_cells(summary)
+    return _ENV.get_template("report.html.j2").render(
+        run_id=info.get("run_id", run.path.name), created=info.get("created_utc", ""),
+        world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
+        device=info.get("device"), backend=info.get("backend"), status=run.status,
+        verdict=verdict, bad=bad, failures=info.get("failures", []), findings=[],
+        meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),
+        table_header=header, table_rows=rows, skipped=info.get("skipped", []),
+        version=info.get("gpuprof_version"), argv=" ".join(info.get("argv", [])),
+        plotly_js=get_plotlyjs(),
+    )
+
+
+def _empty() -> pd.DataFrame:
+    from gpuprof.analysis.bandwidth import SUMMARY_KEYS
+
+    return pd.DataFrame(columns=[*SUMMARY_KEYS, "iteration", "time_us", "rank", "nwrong"])
+
+
+def write_report(run: Run, path: Path | None = None) -> Path:
+    """Write the report (default `<run>/report.html`) and return its path."""
+    target = path or run.path / REPORT_NAME
+    target.write_text(render_report(run), encoding="utf-8")
+    return target

@@ -1,0 +1,228 @@
+"""Run folders: creation with a counter that only grows, run.json, shard consolidation, open_run.
+
+A run is `<out>/<NNNN>_<tag>/` holding `run.json`, `plan.json`, `ranks/rank-*.jsonl` and, once
+consolidated, one `<probe>.parquet` per probe with one row per measured iteration per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpuprof.errors import RunNotFoundError, UsageError
+from gpuprof.records import RANKS_DIR, SCHEMA_VERSION, iter_run_records
+
+RUN_JSON = "run.json"
+PLAN_JSON = "plan.json"
+DEFAULT_OUT = Path("reports")
+STATUSES = ("running", "complete", "partial", "failed")
+_RUN_NAME_RE = re.compile(r"^(\d{4,})_")
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+COMMON_COLUMNS = (
+    "probe",
+    "case_id",
+    "rank",
+    "node_rank",
+    "host",
+    "world_size",
+    "num_nodes",
+    "scope",
+    "group",
+    "group_rank",
+    "iteration",
+    "time_us",
+)
+
+
+def check_out_dir(out: Path) -> None:
+    """Fail with a UsageError, touching nothing, unless runs can be written under `out`."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UsageError(f"--out {out} is not writable: {probe} is a file", "choose a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} is not writable", "choose a folder you can write")
+
+
+def check_tag(tag: str) -> None:
+    """Tags name folders: letters, digits, '.', '_' and '-' only."""
+    if not _TAG_RE.match(tag):
+        raise UsageError(f"invalid --tag {tag!r}", "use letters, digits, '.', '_' or '-'")
+
+
+def _run_numbers(out: Path) -> list[tuple[int, Path]]:
+    if not out.is_dir():
+        return []
+    found = []
+    for child in out.iterdir():
+        match = _RUN_NAME_RE.match(child.name)
+        if match and child.is_dir():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def create_run_dir(out: Path, tag: str) -> Path:
+    """Create `<out>/<NNNN>_<tag>` with the next free number; never reuses one."""
+    check_out_dir(out)
+    check_tag(tag)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --out {out}: {exc.strerror}") from exc
+    numbers = _run_numbers(out)
+    number = numbers[-1][0] + 1 if numbers else 1
+    while True:
+        path = out / f"{number:04d}_{tag}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            number += 1
+            continue
+        (path / RANKS_DIR).mkdir()
+        return path
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", "utf-8")
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object."""
+    data = json.loads(path.read_text("utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def update_run_json(run_dir: Path, **changes: Any) -> dict[str, Any]:
+    """Merge `changes` into run.json and write it back."""
+    path = run_dir / RUN_JSON
+    data = read_json(path) if path.exists() else {"schema_version": SCHEMA_VERSION}
+    data.update(changes)
+    write_json_atomic(path, data)
+    return data
+
+
+def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Expand case records into one row per iteration, grouped by probe."""
+    columns: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    counts: dict[str, int] = defaultdict(int)
+    for rec in records:
+        if rec.get("type") != "case":
+            continue
+        probe, times = rec["probe"], rec["times_us"]
+        cols, start, num = columns[probe], counts[probe], len(times)
+        fixed = {k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")}
+        extra = {**rec.get("params", {}), **rec.get("results", {})}
+        extra["start_unix_ns"] = rec.get("start_unix_ns", 0)
+        for key, value in {**fixed, **extra}.items():
+            col = cols[key]
+            col.extend([None] * (start - len(col)))  # a column new in this record
+            col.extend([value] * num)
+        cols["iteration"].extend(range(num))
+        cols["time_us"].extend(float(t) for t in times)
+        counts[probe] = start + num
+    tables = {}
+    for probe, cols in columns.items():
+        for col in cols.values():
+            col.extend([None] * (counts[probe] - len(col)))
+        tables[probe] = pd.DataFrame(cols)
+    return tables
+
+
+def run_events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The skip and failure records of a run, and the last phase marker of every rank."""
+    events: dict[str, list[dict[str, Any]]] = {"skip": [], "failure": [], "last_phase": []}
+    last: dict[int, dict[str, Any]] = {}
+    for rec in iter_run_records(run_dir):
+        kind = rec.get("type")
+        if kind in ("skip", "failure"):
+            events[kind].append(rec)
+        elif kind == "phase":
+            last[int(rec["rank"])] = rec
+    events["last_phase"] = [last[r] for r in sorted(last)]
+    return events
+
+
+def consolidate(run_dir: Path) -> dict[str, Path]:
+    """Turn the rank shards into `<probe>.parquet` tables; safe to run again after a crash."""
+    written = {}
+    for probe, frame in _case_rows(iter_run_records(run_dir)).items():
+        path = run_dir / f"{probe}.parquet"
+        frame.to_parquet(path, index=False)
+        written[probe] = path
+    return written
+
+
+def resolve_run(spec: str | Path, out: Path = DEFAULT_OUT) -> Path:
+    """A RUN argument -> a run folder: a path, 'latest', or a run number (prefix) inside `out`."""
+    text = str(spec)
+    path = Path(text)
+    if (path / RUN_JSON).is_file():
+        return path
+    if text == "latest":
+        runs = [p for _, p in _run_numbers(out) if (p / RUN_JSON).is_file()]
+        if runs:
+            return runs[-1]
+        raise RunNotFoundError(f"no runs under {out}", "run `gpuprof sweep` first or pass --out")
+    if text.isdigit():
+        matches = [p for n, p in _run_numbers(out) if n == int(text)]
+        if len(matches) == 1 and (matches[0] / RUN_JSON).is_file():
+            return matches[0]
+    raise RunNotFoundError(
+        f"no run {text!r} (looked for a folder with run.json, 'latest' or a run number in {out})",
+        "list runs with `ls " + str(out) + "`",
+    )
+
+
+class Run:
+    """A run folder: its description (run.json) and its tables as pandas DataFrames."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.info: dict[str, Any] = read_json(self.path / RUN_JSON)
+
+    @property
+    def status(self) -> str:
+        """running, complete, partial or failed."""
+        return str(self.info.get("status", "running"))
+
+    def tables(self) -> list[str]:
+        """Names of the tables this run has (consolidating shards if needed)."""
+        self._ensure_consolidated()
+        return sorted(p.stem for p in self.path.glob("*.parquet"))
+
+    def table(self, name: str) -> pd.DataFrame:
+        """One row per measured iteration per rank for probe table `name`."""
+        self._ensure_consolidated()
+        path = self.path / f"{name}.parquet"
+        if not path.exists():
+            have = ", ".join(self.tables()) or "none"
+            raise UsageError(f"run {self.path} has no table {name!r}", f"tables: {have}")
+        return pd.read_parquet(path)
+
+    def _ensure_consolidated(self) -> None:
+        shards = list((self.path / RANKS_DIR).glob("rank-*.jsonl"))
+        if not shards:
+            return
+        newest_shard = max(p.stat().st_mtime for p in shards)
+        tables = list(self.path.glob("*.parquet"))
+        if not tables or min(p.stat().st_mtime for p in tables) < newest_shard:
+            consolidate(self.path)
+
+
+def open_run(spec: str | Path, out: str | Path = DEFAULT_OUT) -> Run:
+    """Open a run by path, 'latest' or run number (inside `out`)."""
+    return Run(resolve_run(spec, Path(out)))

@@ -1,0 +1,60 @@
+"""Sizes and rates as nccl-tests writes them: binary sizes (K = 1024), decimal GB/s (1e9 B/s)."""
+
+from __future__ import annotations
+
+import re
+
+from gpuprof.errors import UsageError
+
+_SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Parse '8', '1K', '64M', '1G', '4KiB' into bytes; raise UsageError otherwise."""
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise UsageError(
+            f"invalid size {text!r}", "use a whole number of bytes with K, M, G or T, e.g. 64M"
+        )
+    number, suffix = int(match.group(1)), match.group(2).upper()
+    return number * _SUFFIX[suffix]
+
+
+def parse_size_list(text: str) -> list[int]:
+    """Parse a comma-separated size list such as '1K,1M,64M'."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise UsageError("empty size list", "give sizes like 1K,1M,64M")
+    return [parse_size(p) for p in parts]
+
+
+def size_range(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """Sizes min, min*factor, ... up to max, like nccl-tests -b/-e/-f."""
+    if min_bytes <= 0:
+        raise UsageError(f"--min-bytes must be positive, got {min_bytes}")
+    if min_bytes > max_bytes:
+        raise UsageError(
+            f"--min-bytes {format_size(min_bytes)} is larger than --max-bytes "
+            f"{format_size(max_bytes)}",
+            "swap them",
+        )
+    if factor <= 1:
+        raise UsageError(f"--factor must be greater than 1, got {factor}")
+    sizes: list[int] = []
+    size = float(min_bytes)
+    while size <= max_bytes:
+        sizes.append(int(size))
+        size *= factor
+    return sizes
+
+
+def format_size(num_bytes: float) -> str:
+    """Format bytes with binary prefixes: 1024 -> '1 KiB', 1536 -> '1.5 KiB'."""
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            text = f"{value:.1f}".rstrip("0").rstrip(".")
+            return f"{text} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,86 @@
+"""busbw / algbw against hand-computed values (nccl-tests doc/PERFORMANCE.md)."""
+
+import pandas as pd
+import pytest
+
+from gpuprof.analysis.bandwidth import bus_factor, summarize_collectives
+from gpuprof.errors import UsageError
+
+HAND = {
+    ("all_reduce", 2): 1.0,
+    ("all_reduce", 4): 1.5,
+    ("all_reduce", 8): 1.75,
+    ("all_gather", 2): 0.5,
+    ("all_gather", 8): 0.875,
+    ("reduce_scatter", 4): 0.75,
+    ("all_to_all", 4): 0.75,
+    ("broadcast", 8): 1.0,
+    ("reduce", 4): 1.0,
+    ("sendrecv", 2): 1.0,
+    ("all_reduce", 1): 0.0,
+}
+
+
+@pytest.mark.parametrize(("key", "factor"), HAND.items())
+def test_bus_factor(key: tuple[str, int], factor: float) -> None:
+    assert bus_factor(*key) == pytest.approx(factor)
+
+
+def test_bus_factor_unknown_op() -> None:
+    with pytest.raises(ValueError, match="no bus factor"):
+        bus_factor("gather", 2)
+
+
+def _frame(op: str, n: int, size: int, times: list[list[float]]) -> pd.DataFrame:
+    """times[rank][iteration] in microseconds."""
+    rows = []
+    for rank, per_rank in enumerate(times):
+        for it, t in enumerate(per_rank):
+            rows.append(
+                {
+                    "case_id": f"{op}.x",
+                    "op": op,
+                    "dtype": "float32",
+                    "redop": "sum",
+                    "size_bytes": size,
+                    "in_place": True,
+                    "scope": "global",
+                    "group": "all",
+                    "world_size": n,
+                    "num_nodes": 1,
+                    "rank": rank,
+                    "iteration": it,
+                    "time_us": t,
+                    "nwrong": 0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_summary_takes_slowest_rank_then_median() -> None:
+    # Iteration maxima are 100, 300, 200 -> median 200 us; never a mean of per-rank numbers.
+    frame = _frame("all_reduce", 4, 1_000_000, [[100, 50, 200], [90, 300, 10]] + [[1, 1, 1]] * 2)
+    row = summarize_collectives(frame).iloc[0]
+    assert row["time_us"] == 200
+    assert row["algbw_gbps"] == pytest.approx(1_000_000 / 200e-6 / 1e9)  # 5 GB/s
+    assert row["busbw_gbps"] == pytest.approx(5.0 * 1.5)
+    assert row["num_iterations"] == 3
+
+
+@pytest.mark.parametrize(("op", "n"), [("all_gather", 8), ("broadcast", 2), ("all_to_all", 4)])
+def test_summary_busbw_is_algbw_times_factor(op: str, n: int) -> None:
+    frame = _frame(op, n, 1 << 20, [[1000.0, 1000.0]] * n)
+    row = summarize_collectives(frame).iloc[0]
+    assert row["algbw_gbps"] == pytest.approx((1 << 20) / 1000e-6 / 1e9)
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor(op, n))
+
+
+def test_summary_sums_wrong_elements_over_ranks() -> None:
+    frame = _frame("all_reduce", 2, 1024, [[5.0, 5.0], [5.0, 5.0]])
+    frame.loc[frame["rank"] == 1, "nwrong"] = 3
+    assert summarize_collectives(frame).iloc[0]["nwrong"] == 3
+
+
+def test_summary_checks_columns_first() -> None:
+    with pytest.raises(UsageError, match="lacks columns"):
+        summarize_collectives(pd.DataFrame({"op": ["all_reduce"]}))

@@ -1,0 +1,49 @@
+"""`gpuprof env`, launcher detection and the environment allow-list."""
+
+from __future__ import annotations
+
+import json
+
+from gpuprof.env import REDACTED, captured_env, detect_launcher
+from tests.conftest import Gp
+
+
+def test_env_json(gp: Gp) -> None:
+    result = gp("env", "--format", "json")
+    assert result.code == 0
+    info = json.loads(result.out)
+    assert info["versions"]["torch"] and info["versions"]["python"]
+    assert info["node"]["cpu"]["logical_cores"] >= 1
+    assert any(nic["name"] == "lo" for nic in info["node"]["nics"])
+
+
+def test_env_table_says_how_it_will_run(gp: Gp) -> None:
+    out = gp("env").out
+    assert "torch" in out and "nic" in out
+
+
+def test_launcher_detection_order() -> None:
+    assert detect_launcher({"TORCHELASTIC_RUN_ID": "x", "SLURM_JOB_ID": "1"}) == "torchrun"
+    assert detect_launcher({"SLURM_JOB_ID": "1"}) == "slurm"
+    assert detect_launcher({}) == "local"
+
+
+def test_captured_env_allow_list_and_redaction() -> None:
+    kept = captured_env(
+        {
+            "NCCL_ALGO": "Ring",
+            "OMP_NUM_THREADS": "4",
+            "HOME": "/root",
+            "PATH": "/bin",
+            "NCCL_IB_PASSWORD": "hunter2",
+            "TORCH_API_TOKEN": "abc",
+            "MASTER_ADDR": "10.0.0.1",
+        }
+    )
+    assert kept == {
+        "NCCL_ALGO": "Ring",
+        "OMP_NUM_THREADS": "4",
+        "NCCL_IB_PASSWORD": REDACTED,
+        "TORCH_API_TOKEN": REDACTED,
+        "MASTER_ADDR": "10.0.0.1",
+    }

@@ -1,0 +1,60 @@
+"""The HTML report: self-contained, plotly.js embedded once, every string escaped."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from gpuprof import open_run
+from gpuprof.reports.html import write_report
+from gpuprof.store import update_run_json
+from tests.conftest import Gp
+
+PLOTLY_MARKER = "Plotly.newPlot"
+
+
+def test_report_is_self_contained(two_rank_run: Path) -> None:
+    html = (two_rank_run / "report.html").read_text()
+    assert html.count('<script type="text/javascript">/**') == 1  # plotly.js, once
+    assert "<script src" not in html and 'src="http' not in html  # nothing fetched
+    assert html.count(PLOTLY_MARKER) >= 7  # one figure per op
+    assert "every result was correct" in html
+    assert "How these numbers were measured" in html and "2(n-1)/n" in html
+
+
+def test_report_escapes_strings(two_rank_run: Path, tmp_path: Path, gp: Gp) -> None:
+    run_dir = tmp_path / two_rank_run.name
+    shutil.copytree(two_rank_run, run_dir)
+    info = open_run(run_dir).info
+    info["nodes"][0]["host"] = "<script>alert(1)</script>"
+    update_run_json(
+        run_dir,
+        nodes=info["nodes"],
+        status="partial",
+        failures=[
+            {
+                "rank": 1,
+                "host": "<b>h</b>",
+                "probe": "collectives",
+                "case_id": "all_reduce.x",
+                "error": "killed",
+            }
+        ],
+    )
+    result = gp("report", str(run_dir), "-o", str(tmp_path / "r.html"))
+    assert result.code == 0 and result.out.strip() == str(tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "Failure:" in html and "&lt;b&gt;h&lt;/b&gt;" in html
+    assert "Run partial" in html
+
+
+def test_report_of_a_run_that_died_before_consolidating(two_rank_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "died"
+    shutil.copytree(two_rank_run, run_dir)
+    for table in run_dir.glob("*.parquet"):
+        table.unlink()
+    path = write_report(open_run(run_dir))
+    assert PLOTLY_MARKER in path.read_text()
+    assert (run_dir / "collectives.parquet").exists()

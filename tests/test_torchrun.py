@@ -1,0 +1,51 @@
+"""Each probe also runs under torchrun directly, printing its table on rank 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuprof import open_run
+from gpuprof.launch import free_port
+
+
+def test_torchrun_module_entry(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "static",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "gpuprof.probes.collectives",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "-o",
+        "all_reduce,reduce_scatter",
+        "--sizes",
+        "4K",
+        "--budget-ms",
+        "5",
+    ]
+    result = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    header = result.stdout.splitlines()[0]
+    assert "busbw_GB/s" in header
+    run = open_run("latest", tmp_path)
+    assert run.info["status"] == "complete" and run.info["launcher"] == "torchrun"
+    assert set(run.table("collectives")["op"]) == {"all_reduce", "reduce_scatter"}
