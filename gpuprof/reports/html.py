@@ -10,6 +10,7 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from gpuprof.analysis.bandwidth import summarize_collectives
+from gpuprof.plan import OPS
 from gpuprof.reports.figures import busbw_figure
 from gpuprof.reports.text import table_cells
 from gpuprof.store import Run
@@ -97,7 +98,10 @@ def _verdict(info: dict[str, Any], summary: pd.DataFrame) -> tuple[str, bool]:
 
 def _figures(summary: pd.DataFrame) -> list[str]:
     html = []
-    for (op, dtype), _ in summary.groupby(["op", "dtype"], sort=False):
+    pairs = summary[["op", "dtype"]].drop_duplicates()
+    order = sorted(zip(pairs["op"], pairs["dtype"], strict=True),
+                   key=lambda p: (OPS.index(p[0]) if p[0] in OPS else len(OPS), p[1]))
+    for op, dtype in order:
         fig = busbw_figure(summary, str(op), str(dtype))
         html.append(fig.to_html(full_html=False, include_plotlyjs=False,
                                 config={"displaylogo": False, "responsive": True}))
