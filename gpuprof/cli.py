@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
+from gpuprof.launch import LAUNCHERS
 from gpuprof.options import collectives_options, collectives_params, pop_collectives, stack
 from gpuprof.plan import DEVICES, PROBES, SUITES
 
@@ -46,36 +47,43 @@ def _launch_options(func: Any) -> Any:
             help="seconds one case may take before its rank counts as hung",
         ),
         click.option(
-            "--launcher", default="auto", show_default=True, type=click.Choice(["auto", "local"])
+            "--launcher",
+            default="auto",
+            show_default=True,
+            type=click.Choice(LAUNCHERS),
+            help="auto: torchrun environment, else Slurm allocation, else local",
+        ),
+        click.option(
+            "--node-rank",
+            default=0,
+            show_default=True,
+            type=int,
+            help="manual launcher: this node's rank (0 holds the run)",
+        ),
+        click.option("--master-addr", help="manual launcher: node 0's address"),
+        click.option(
+            "--master-port", type=int, help="rendezvous port [default: 29500, local: free]"
         ),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),
     )(func)
 
 
-def _sweep(
+def _plan(
     probes: tuple[str, ...],
-    tag: str,
     coll_opts: dict[str, Any],
     *,
     nodes: int,
     gpus: int | None,
     suite: str,
     device: str,
-    out: str,
     timeout: float,
-    launcher: str,
-    no_report: bool,
-    dry_run: bool,
-    print_table: bool = False,
-) -> None:
-    from gpuprof.launch import launch_commands, plan_device, run_sweep
+) -> Any:
+    from gpuprof.launch import plan_device
     from gpuprof.plan import SweepPlan, suite_collectives
-    from gpuprof.store import check_out_dir, check_tag
 
     if gpus is not None and gpus < 1:
         raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
-    check_tag(tag)
     resolved, visible = plan_device(device)
     if gpus is None:
         gpus = visible if resolved == "cuda" else 2
@@ -83,12 +91,8 @@ def _sweep(
         raise UsageError(
             f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
         )
-    if nodes != 1:
-        raise UsageError(
-            f"--nodes {nodes} needs a multi-node launcher", "this build runs one node (--nodes 1)"
-        )
     params = collectives_params(suite_collectives(suite, resolved), coll_opts)
-    plan = SweepPlan(
+    return SweepPlan(
         num_nodes=nodes,
         gpus_per_node=gpus,
         device=resolved,
@@ -97,14 +101,65 @@ def _sweep(
         collectives=params,
         case_timeout_s=timeout,
     )
+
+
+def _sweep(
+    probes: tuple[str, ...],
+    tag: str,
+    coll_opts: dict[str, Any],
+    *,
+    launcher: str,
+    node_rank: int,
+    master_addr: str | None,
+    master_port: int | None,
+    out: str,
+    no_report: bool,
+    dry_run: bool,
+    print_table: bool = False,
+    **plan_opts: Any,
+) -> None:
+    from gpuprof.launch import LaunchConfig, check_launch, dry_run_commands, resolve_launcher
+    from gpuprof.store import check_out_dir, check_tag
+
+    check_tag(tag)
+    kind = resolve_launcher(launcher)
+    if kind == "torchrun":  # started by torchrun on every rank: measure in this process
+        from gpuprof.env import torchrun_sizes
+
+        world, local = torchrun_sizes()
+        plan_opts.update(nodes=max(1, world // local), gpus=local)
+    plan = _plan(probes, coll_opts, **plan_opts)
     check_out_dir(Path(out))
-    if dry_run:
-        for launch in launch_commands(plan, Path(out) / f"NNNN_{tag}"):
-            click.echo(launch.shell())
-        return
     argv = (click.get_current_context().obj or {}).get("argv", sys.argv)
-    result = run_sweep(plan, Path(out), tag, argv, report=not no_report)
-    if print_table:
+    if kind == "torchrun":
+        from gpuprof.probes.sweep import run_inline
+
+        run_inline(plan, Path(out), tag, argv, print_table=print_table)
+        return
+    cfg = check_launch(
+        plan,
+        LaunchConfig(
+            launcher=kind, node_rank=node_rank, master_addr=master_addr, master_port=master_port
+        ),
+    )
+    if dry_run:
+        click.echo("\n".join(dry_run_commands(plan, cfg, Path(out))))
+        return
+    _finish(plan, cfg, Path(out), tag, argv, report=not no_report, print_table=print_table)
+
+
+def _finish(
+    plan: Any, cfg: Any, out: Path, tag: str, argv: list[str], *, report: bool, print_table: bool
+) -> None:
+    from gpuprof.launch import run_sweep
+
+    result = run_sweep(plan, cfg, out, tag, argv, report=report)
+    if not result.home:
+        click.echo(
+            f"node {cfg.node_rank}: {result.status}; this node's shards are in "
+            f"{result.run_dir}; node 0 holds the run"
+        )
+    elif print_table and result.run_dir is not None:
         from gpuprof.analysis.bandwidth import summarize_collectives
         from gpuprof.reports.text import format_table
         from gpuprof.store import Run
@@ -112,9 +167,14 @@ def _sweep(
         run = Run(result.run_dir)
         if "collectives" in run.tables():
             click.echo(format_table(summarize_collectives(run.table("collectives"))))
-    click.echo(str(result.report or result.run_dir))
+    if result.home:
+        click.echo(str(result.report or result.run_dir))
     if result.status != "complete":
         first = result.failures[0] if result.failures else {}
+        if first.get("probe") == "preflight":
+            raise GpuprofError(
+                f"preflight failed: {first.get('error')}", "make the nodes match, then run again"
+            )
         raise MeasurementError(
             f"run {result.status}: rank {first.get('rank')} on {first.get('host')}, "
             f"{first.get('probe')} case {first.get('case_id')}: {first.get('error')}",

@@ -1,9 +1,17 @@
 """Sweep plan -> launcher command lines, supervision, timeouts, and the end of a run.
 
-The `local` launcher starts every rank of one node once with torchrun's static rendezvous
-(`python -m torch.distributed.run --rdzv-backend static --max-restarts 0 ...`); each rank runs
-`gpuprof.probes.sweep` and measures every scope inside that one job with sub-groups. Multi-node
-launchers produce one such command per node (static rendezvous with the same master address).
+One job per sweep: every rank starts once and measures every scope with sub-groups.
+
+- `local`: one node, `python -m torch.distributed.run` with the static rendezvous on loopback.
+- `manual`: the same `gpuprof sweep` on every node with `--node-rank K --master-addr HOST`;
+  each node runs torchrun with the static rendezvous (it works inside network namespaces,
+  where c10d failed to find its own address). Node 0 holds the run folder; other nodes keep a
+  copy of their own shards and send every record to node 0 through the process group.
+- `slurm`: inside an allocation, `srun` starts one torchrun per node with the c10d rendezvous
+  on this (the first) node and `--rdzv-id $SLURM_JOB_ID`.
+
+torchrun's CLI defaults (static rendezvous, no restarts) differ from the Python LaunchConfig's
+(etcd, 3 restarts), so both are always given explicitly (REFERENCE.md, Launching).
 """
 
 from __future__ import annotations
@@ -15,16 +23,20 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import UsageError
 from gpuprof.plan import SweepPlan
-from gpuprof.records import RANKS_DIR
-from gpuprof.store import consolidate, run_events, update_run_json
+from gpuprof.records import FAILED_FLAG, RANKS_DIR
+from gpuprof.store import RUN_JSON, consolidate, read_json, run_events, update_run_json
 
 PROGRESS_GRACE_S = 30.0  # beyond the per-case timeout, before a silent job counts as hung
+FAILED_GRACE_S = 3.0  # after a rank reports a failure, before the job is stopped
+LAUNCHERS = ("auto", "local", "manual", "slurm")
+DEFAULT_PORT = 29500
 
 
 def free_port() -> int:
@@ -32,6 +44,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def this_host() -> str:
+    """This node's name as gpuprof records it (GPUPROF_HOST overrides, for emulated nodes)."""
+    return os.environ.get("GPUPROF_HOST") or socket.gethostname()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchConfig:
+    """Which launcher, and this node's place in a multi-node job."""
+
+    launcher: str = "local"
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,11 +75,17 @@ class NodeLaunch:
         return (prefix + " " if prefix else "") + shlex.join(self.argv)
 
 
-def torchrun_argv(
-    *, nnodes: int, nproc: int, node_rank: int, master_addr: str, master_port: int, run_dir: Path
-) -> list[str]:
-    """torchrun with the static rendezvous and no restarts (both set explicitly: the
-    Python LaunchConfig defaults differ from the CLI's, REFERENCE.md)."""
+def resolve_launcher(requested: str, environ: Mapping[str, str] | None = None) -> str:
+    """auto -> 'torchrun' in a torchrun worker, else 'slurm' in an allocation, else local."""
+    if requested != "auto":
+        return requested
+    from gpuprof.env import detect_launcher
+
+    return detect_launcher(environ)
+
+
+def torchrun_argv(*, nnodes: int, nproc: int, rdzv: list[str]) -> list[str]:
+    """torchrun (as `python -m torch.distributed.run`) with no restarts."""
     return [
         sys.executable,
         "-m",
@@ -61,21 +94,43 @@ def torchrun_argv(
         str(nnodes),
         "--nproc-per-node",
         str(nproc),
+        *rdzv,
+        "--max-restarts",
+        "0",
+    ]
+
+
+def static_rdzv(node_rank: int, addr: str, port: int) -> list[str]:
+    """torchrun's static rendezvous: fixed node ranks, node 0 hosts the store."""
+    return [
         "--node-rank",
         str(node_rank),
         "--rdzv-backend",
         "static",
         "--master-addr",
-        master_addr,
+        addr,
         "--master-port",
-        str(master_port),
-        "--max-restarts",
-        "0",
+        str(port),
+    ]
+
+
+def worker_argv(plan: SweepPlan, **where: Any) -> list[str]:
+    """The rank-side entry with this node's run folder arguments (run_dir/out/home/...)."""
+    argv = [
         "-m",
         "gpuprof.probes.sweep",
-        "--run-dir",
-        str(run_dir),
+        "--device",
+        plan.device,
+        "--timeout",
+        f"{plan.case_timeout_s:g}",
     ]
+    for key, value in where.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value not in (None, False):
+            argv += [flag, str(value)]
+    return argv
 
 
 def worker_env(gpus_per_node: int, device: str) -> dict[str, str]:
@@ -87,32 +142,166 @@ def worker_env(gpus_per_node: int, device: str) -> dict[str, str]:
     return env
 
 
-def local_launch(
-    gpus_per_node: int, device: str, run_dir: Path, port: int | None = None
-) -> NodeLaunch:
-    """One node, every rank on this machine."""
-    argv = torchrun_argv(
-        nnodes=1,
-        nproc=gpus_per_node,
-        node_rank=0,
-        master_addr="127.0.0.1",
-        master_port=port or free_port(),
-        run_dir=run_dir,
+def _node_launch(plan: SweepPlan, node_rank: int, rdzv: list[str], **where: Any) -> NodeLaunch:
+    argv = torchrun_argv(nnodes=plan.num_nodes, nproc=plan.gpus_per_node, rdzv=rdzv)
+    return NodeLaunch(
+        node_rank=node_rank,
+        argv=argv + worker_argv(plan, **where),
+        env=worker_env(plan.gpus_per_node, plan.device),
     )
-    return NodeLaunch(node_rank=0, argv=argv, env=worker_env(gpus_per_node, device))
 
 
-def _shard_progress(run_dir: Path) -> float:
-    """The newest modification time among the rank shards (0 if none yet)."""
-    times = [p.stat().st_mtime for p in (run_dir / RANKS_DIR).glob("rank-*.jsonl")]
-    return max(times, default=0.0)
+def node_command(
+    plan: SweepPlan,
+    cfg: LaunchConfig,
+    *,
+    run_dir: Path | None,
+    out: Path,
+    handoff: Path | None = None,
+) -> NodeLaunch:
+    """What this node runs: node 0 (or the only node) holds the run folder."""
+    if cfg.launcher == "local":
+        rdzv = static_rdzv(0, "127.0.0.1", cfg.master_port or free_port())
+        return _node_launch(plan, 0, rdzv, run_dir=run_dir, home=True)
+    if cfg.launcher == "manual":
+        assert cfg.master_addr is not None
+        rdzv = static_rdzv(cfg.node_rank, cfg.master_addr, cfg.master_port or DEFAULT_PORT)
+        if cfg.node_rank == 0:
+            return _node_launch(plan, 0, rdzv, run_dir=run_dir, home=True)
+        return _node_launch(plan, cfg.node_rank, rdzv, out=out, handoff=handoff)
+    if cfg.launcher == "slurm":
+        return slurm_command(plan, cfg, run_dir)
+    raise UsageError(f"unknown launcher {cfg.launcher!r}", f"choose from {', '.join(LAUNCHERS)}")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the launcher and every rank it started (they share a process group)."""
-    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+def slurm_command(plan: SweepPlan, cfg: LaunchConfig, run_dir: Path | None) -> NodeLaunch:
+    """srun with one torchrun per node, c10d rendezvous on this node, id = the Slurm job."""
+    host = this_host()
+    job = os.environ.get("SLURM_JOB_ID", "JOBID")
+    rdzv = [
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{host}:{cfg.master_port or DEFAULT_PORT}",
+        "--rdzv-id",
+        job,
+    ]
+    srun = [
+        "srun",
+        "--nodes",
+        str(plan.num_nodes),
+        "--ntasks",
+        str(plan.num_nodes),
+        "--ntasks-per-node",
+        "1",
+        "--kill-on-bad-exit=1",
+    ]
+    inner = _node_launch(plan, 0, rdzv, run_dir=run_dir, home_host=host)
+    return NodeLaunch(node_rank=0, argv=srun + inner.argv, env=inner.env)
+
+
+def dry_run_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]:
+    """Every command the launch would run, one line per node (manual: one per node rank)."""
+    run_dir = out / "NNNN_<tag>"
+    if cfg.launcher == "manual":
+        lines = []
+        for node in range(plan.num_nodes):
+            node_cfg = LaunchConfig(
+                launcher="manual",
+                node_rank=node,
+                master_addr=cfg.master_addr,
+                master_port=cfg.master_port,
+            )
+            launch = node_command(plan, node_cfg, run_dir=run_dir, out=out)
+            lines.append(f"# node {node}\n{launch.shell()}")
+        return lines
+    return [node_command(plan, cfg, run_dir=run_dir, out=out).shell()]
+
+
+def check_launch(plan: SweepPlan, cfg: LaunchConfig) -> LaunchConfig:
+    """Validate the launcher against the plan and the environment; fill in defaults."""
+    if cfg.launcher == "local" and plan.num_nodes != 1:
+        raise UsageError(
+            f"--nodes {plan.num_nodes} needs --launcher manual or slurm",
+            "the local launcher runs one node",
+        )
+    if cfg.launcher == "manual":
+        if not cfg.master_addr:
+            raise UsageError("--launcher manual needs --master-addr", "give node 0's address")
+        if not 0 <= cfg.node_rank < plan.num_nodes:
+            raise UsageError(f"--node-rank {cfg.node_rank} is outside 0..{plan.num_nodes - 1}")
+    if cfg.launcher == "slurm":
+        check_slurm(plan)
+    return cfg
+
+
+def slurm_hostnames(nodelist: str) -> list[str]:
+    """Expand a Slurm nodelist with `scontrol show hostnames`."""
+    try:
+        result = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot expand the Slurm nodelist {nodelist!r}: {exc}") from exc
+    return result.stdout.split()
+
+
+def _slurm_gpus(environ: Mapping[str, str]) -> int | None:
+    for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = environ.get(name, "")
+        if value:
+            return int(value.split(":")[-1].split("(")[0])
+    return None
+
+
+def check_slurm(plan: SweepPlan, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The allocation's hosts; a UsageError when N and G do not fit it."""
+    env = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in env:
+        raise UsageError(
+            "--launcher slurm outside a Slurm allocation",
+            "run inside salloc/sbatch, or use --launcher local or manual",
+        )
+    hosts = slurm_hostnames(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "")))
+    if plan.num_nodes > len(hosts):
+        raise UsageError(
+            f"--nodes {plan.num_nodes} but the allocation has {len(hosts)} node(s)",
+            f"use --nodes {len(hosts)} or fewer",
+        )
+    gpus = _slurm_gpus(env)
+    if plan.device == "cuda" and gpus is not None and plan.gpus_per_node > gpus:
+        raise UsageError(
+            f"--gpus {plan.gpus_per_node} but the allocation has {gpus} per node",
+            f"use --gpus {gpus} or fewer",
+        )
+    if this_host() not in hosts:
+        raise UsageError(
+            f"this host {this_host()} is not in the allocation ({', '.join(hosts)})",
+            "run gpuprof sweep from the batch script, on the first node",
+        )
+    return hosts
+
+
+def _shard_progress(run_dir: Path | None) -> tuple[float, bool]:
+    """Newest shard modification time (0 if none) and whether a rank flagged a failure."""
+    if run_dir is None:
+        return 0.0, False
+    files = list((run_dir / RANKS_DIR).glob("*"))
+    newest = max((p.stat().st_mtime for p in files if p.name.endswith(".jsonl")), default=0.0)
+    return newest, any(p.name.startswith(FAILED_FLAG) for p in files)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the launcher and every rank it started (they share a process group); a stopped
+    (SIGSTOP) rank is continued so it can die."""
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGCONT)
         except ProcessLookupError:
             return
         try:
@@ -124,49 +313,106 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(kw_only=True)
 class Supervised:
-    """How a launched job ended."""
+    """How a launched job ended; `lost` names ranks of this node that died or were stopped."""
 
     returncode: int
     reason: str | None = None
+    run_dir: Path | None = None
+    lost: dict[int, str] = field(default_factory=dict)
 
 
-def supervise(launch: NodeLaunch, run_dir: Path, case_timeout_s: float) -> Supervised:
-    """Run one node's command; stop it if no shard grows for the case timeout plus a grace."""
-    env = {**os.environ, **launch.env}
-    proc = subprocess.Popen(launch.argv, env=env, start_new_session=True)
-    started = time.monotonic()
-    limit = case_timeout_s + PROGRESS_GRACE_S
+class _RankWatch:
+    """Liveness of this node's ranks, by the pids they recorded in run.json (home node)."""
+
+    def __init__(self) -> None:
+        self.pids: dict[int, int] = {}
+
+    def lost(self, run_dir: Path | None) -> dict[int, str]:
+        import psutil
+
+        if run_dir is not None and not self.pids and (run_dir / RUN_JSON).exists():
+            ranks = read_json(run_dir / RUN_JSON).get("ranks") or []
+            self.pids = {r["rank"]: r["pid"] for r in ranks if r.get("host") == this_host()}
+        lost = {}
+        for rank, pid in self.pids.items():
+            try:
+                status = psutil.Process(pid).status()
+            except psutil.NoSuchProcess:
+                status = psutil.STATUS_DEAD
+            if status in (psutil.STATUS_DEAD, psutil.STATUS_ZOMBIE):
+                lost[rank] = f"rank process {pid} died"
+            elif status == psutil.STATUS_STOPPED:
+                lost[rank] = f"rank process {pid} was stopped (SIGSTOP)"
+        return lost
+
+
+def supervise(
+    launch: NodeLaunch, run_dir: Path | None, case_timeout_s: float, handoff: Path | None = None
+) -> Supervised:
+    """Run one node's command and stop it early when it cannot finish: a rank process died
+    (checked every 0.2 s), a rank flagged a failure (its case timed out waiting), or no shard
+    grew for the case timeout plus a grace. The others get a short grace to write theirs."""
+    proc = subprocess.Popen(launch.argv, env={**os.environ, **launch.env}, start_new_session=True)
+    watch = _RankWatch()
+    last, newest_seen = time.monotonic(), 0.0
+    trouble_at: float | None = None
+    lost: dict[int, str] = {}
     try:
         while proc.poll() is None:
             time.sleep(0.2)
-            last = max(_shard_progress(run_dir) - time.time() + time.monotonic(), started)
-            if time.monotonic() - last > limit:
-                _stop(proc)
-                return Supervised(returncode=3, reason=f"no progress for {limit:g} s")
+            if run_dir is None and handoff is not None and handoff.exists():
+                run_dir = Path(handoff.read_text("utf-8").strip() or ".")
+            newest, failed = _shard_progress(run_dir)
+            now = time.monotonic()
+            if newest > newest_seen:
+                newest_seen, last = newest, now
+            dead = {r: why for r, why in watch.lost(run_dir).items() if "died" in why}
+            lost.update(dead)
+            if (failed or dead) and trouble_at is None:
+                trouble_at = now
+            if trouble_at is not None and now - trouble_at > FAILED_GRACE_S:
+                lost.update(watch.lost(run_dir))
+                _kill(proc)
+                return Supervised(returncode=3, reason="a rank failed", run_dir=run_dir, lost=lost)
+            if now - last > case_timeout_s + PROGRESS_GRACE_S:
+                lost.update(watch.lost(run_dir))
+                _kill(proc)
+                reason = f"no record for {case_timeout_s + PROGRESS_GRACE_S:g} s"
+                return Supervised(returncode=3, reason=reason, run_dir=run_dir, lost=lost)
     except KeyboardInterrupt:
-        _stop(proc)
-        return Supervised(returncode=130, reason="interrupted (Ctrl-C)")
-    return Supervised(returncode=int(proc.returncode))
+        _kill(proc)
+        return Supervised(returncode=130, reason="interrupted (Ctrl-C)", run_dir=run_dir)
+    return Supervised(returncode=int(proc.returncode), run_dir=run_dir, lost=lost)
 
 
 def _failures(run_dir: Path, supervised: Supervised | None) -> list[dict[str, Any]]:
-    """Failures named by the ranks, else the case each rank was last in."""
+    """Who failed: the ranks that died or were stopped (seen by the launcher, or silent inside
+    a case), then the failures ranks wrote themselves (timeouts waiting for them, errors)."""
     events = run_events(run_dir)
     keep = ("rank", "host", "probe", "case_id", "error")
-    failures = [{k: f.get(k) for k in keep} for f in events["failure"]]
-    if supervised and supervised.returncode != 0 and not failures:
-        reason = supervised.reason or f"launcher exited with {supervised.returncode}"
-        failures = [
+    written = [{k: f.get(k) for k in keep} for f in events["failure"]]
+    if not supervised or supervised.returncode == 0:
+        return written
+    reason = supervised.reason or f"the launcher exited with {supervised.returncode}"
+    in_flight = {m["rank"]: m for m in events["in_flight"]}
+    silent = [r for r in in_flight if r not in {f["rank"] for f in written}]
+    culprits = []
+    for rank in sorted(supervised.lost) or silent:
+        marker = in_flight.get(rank, {})
+        why = supervised.lost.get(rank, "no record after this case started")
+        culprits.append(
             {
-                "rank": m["rank"],
-                "host": m["host"],
-                "probe": m["probe"],
-                "case_id": m["case_id"],
-                "error": f"{reason}; last case started on this rank",
+                "rank": rank,
+                "host": marker.get("host", this_host()),
+                "probe": marker.get("probe"),
+                "case_id": marker.get("case_id"),
+                "error": f"{why}; {reason}",
             }
-            for m in events["last_phase"]
-        ] or [{"rank": None, "host": None, "probe": None, "case_id": None, "error": reason}]
-    return failures
+        )
+    failures = culprits + written
+    return failures or [
+        {"rank": None, "host": None, "probe": None, "case_id": None, "error": reason}
+    ]
 
 
 def finish_run(
@@ -211,34 +457,62 @@ def plan_device(request: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
-    """Where a sweep wrote its run, and how it ended."""
+    """Where a sweep wrote its run, and how it ended (`home`: this node holds the run)."""
 
-    run_dir: Path
+    run_dir: Path | None
     status: str
     failures: list[dict[str, Any]]
     report: Path | None
-
-
-def launch_commands(plan: SweepPlan, run_dir: Path) -> list[NodeLaunch]:
-    """The command every node runs for this plan (one node for the local launcher)."""
-    return [local_launch(plan.gpus_per_node, plan.device, run_dir)]
+    home: bool = True
 
 
 def run_sweep(
-    plan: SweepPlan, out: Path, tag: str, argv: list[str], *, report: bool = True
+    plan: SweepPlan, cfg: LaunchConfig, out: Path, tag: str, argv: list[str], *, report: bool = True
 ) -> SweepResult:
-    """Create the run, launch every rank once, supervise, consolidate, and write the report."""
-    from gpuprof.probes.sweep import start_run
+    """Create the run (on the home node), launch this node's ranks once, supervise,
+    consolidate, and write the report."""
+    from gpuprof.store import start_run
 
-    run_dir = start_run(plan, out, tag, argv, "local")
-    supervised = supervise(launch_commands(plan, run_dir)[0], run_dir, plan.case_timeout_s)
+    if cfg.launcher == "manual" and cfg.node_rank != 0:
+        return _run_helper_node(plan, cfg, out)
+    run_dir = start_run(plan, out, tag, argv, cfg.launcher)
+    launch = node_command(plan, cfg, run_dir=run_dir, out=out)
+    supervised = supervise(launch, run_dir, plan.case_timeout_s)
     info = finish_run(run_dir, supervised.returncode, supervised)
     report_path = None
-    if report and info["tables"]:
+    if report and run_dir.exists():
         from gpuprof.reports.html import write_report
         from gpuprof.store import Run
 
         report_path = write_report(Run(run_dir))
     return SweepResult(
         run_dir=run_dir, status=info["status"], failures=info["failures"], report=report_path
+    )
+
+
+def _run_helper_node(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> SweepResult:
+    """A node other than node 0: measure, keep a local copy of this node's shards."""
+    import tempfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpuprof-") as tmp:
+        handoff = Path(tmp) / "run_dir"
+        launch = node_command(plan, cfg, run_dir=None, out=out, handoff=handoff)
+        supervised = supervise(launch, None, plan.case_timeout_s, handoff=handoff)
+    status = "complete" if supervised.returncode == 0 else "failed"
+    failures = (
+        []
+        if status == "complete"
+        else [
+            {
+                "rank": None,
+                "host": this_host(),
+                "probe": None,
+                "case_id": None,
+                "error": supervised.reason or f"torchrun exited with {supervised.returncode}",
+            }
+        ]
+    )
+    return SweepResult(
+        run_dir=supervised.run_dir, status=status, failures=failures, report=None, home=False
     )

@@ -24,7 +24,7 @@ OPS = (
 DTYPES = ("float32", "bfloat16", "float16")
 REDOPS = ("sum", "max", "min")
 MODES = ("out_of_place", "in_place")
-SCOPES = ("intra", "global")
+SCOPES = ("intra", "inter", "rails", "global")
 SUITES = ("quick", "standard", "full")
 DEVICES = ("auto", "cuda", "cpu")
 PROBES = ("collectives",)
@@ -188,6 +188,34 @@ def scope_groups(num_nodes: int, gpus_per_node: int, scopes: tuple[str, ...]) ->
             specs.append(
                 GroupSpec(scope="intra", world_size=size, num_nodes=1, members=members, names=names)
             )
+    if num_nodes > 1 and "inter" in scopes:
+        # one rank per node, alone: the cleanest view of the network between nodes
+        members = (tuple(node * gpus_per_node for node in range(num_nodes)),)
+        specs.append(
+            GroupSpec(
+                scope="inter",
+                world_size=num_nodes,
+                num_nodes=num_nodes,
+                members=members,
+                names=("rail0",),
+            )
+        )
+    if num_nodes > 1 and gpus_per_node > 1 and "rails" in scopes:
+        # local rank r of every node, every r at once: a slow NIC (rail) stands out
+        members = tuple(
+            tuple(node * gpus_per_node + r for node in range(num_nodes))
+            for r in range(gpus_per_node)
+        )
+        names = tuple(f"rail{r}" for r in range(gpus_per_node))
+        specs.append(
+            GroupSpec(
+                scope="rails",
+                world_size=num_nodes,
+                num_nodes=num_nodes,
+                members=members,
+                names=names,
+            )
+        )
     if "global" in scopes:
         world = num_nodes * gpus_per_node
         specs.append(

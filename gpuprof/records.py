@@ -24,6 +24,7 @@ from typing import IO, Any
 SCHEMA_VERSION = 1
 
 RANKS_DIR = "ranks"
+FAILED_FLAG = "failed-"  # ranks/failed-<rank>: this rank wrote a failure; the launcher stops soon
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +111,10 @@ class ShardWriter:
         with self._lock:
             self._file.write(line)
             self._file.flush()
+
+    def flag_failure(self) -> None:
+        """Tell the launcher watching this folder that this rank failed."""
+        (self.path.parent / (FAILED_FLAG + self.path.stem.split("-")[-1])).touch()
 
     def sync(self) -> None:
         """Force the shard to disk (end of a probe)."""

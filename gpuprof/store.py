@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.errors import RunNotFoundError, UsageError
+from gpuprof.plan import SweepPlan
 from gpuprof.records import RANKS_DIR, SCHEMA_VERSION, iter_run_records
 
 RUN_JSON = "run.json"
@@ -92,6 +94,15 @@ def create_run_dir(out: Path, tag: str) -> Path:
         return path
 
 
+def _gpuprof_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpuprof")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write JSON through a temporary file and a rename, so readers never see half a file."""
     tmp = path.with_name(path.name + ".tmp")
@@ -143,16 +154,19 @@ def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
 
 
 def run_events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """The skip and failure records of a run, and the last phase marker of every rank."""
-    events: dict[str, list[dict[str, Any]]] = {"skip": [], "failure": [], "last_phase": []}
-    last: dict[int, dict[str, Any]] = {}
+    """The skip and failure records of a run, and each rank's case in flight: a start marker
+    with no case, skip or failure record after it (the rank died or hung in that case)."""
+    events: dict[str, list[dict[str, Any]]] = {"skip": [], "failure": [], "in_flight": []}
+    started: dict[int, dict[str, Any]] = {}
     for rec in iter_run_records(run_dir):
-        kind = rec.get("type")
+        kind, rank = rec.get("type"), rec.get("rank")
         if kind in ("skip", "failure"):
-            events[kind].append(rec)
-        elif kind == "phase":
-            last[int(rec["rank"])] = rec
-    events["last_phase"] = [last[r] for r in sorted(last)]
+            events[str(kind)].append(rec)
+        if kind == "phase" and rec.get("event") == "start":
+            started[int(rank)] = rec  # type: ignore[arg-type]
+        elif kind in ("case", "skip", "failure") and rank in started:
+            del started[rank]
+    events["in_flight"] = [started[r] for r in sorted(started)]
     return events
 
 
@@ -164,6 +178,37 @@ def consolidate(run_dir: Path) -> dict[str, Path]:
         frame.to_parquet(path, index=False)
         written[probe] = path
     return written
+
+
+def new_run_record(
+    plan: SweepPlan, run_dir: Path, argv: list[str], launcher: str
+) -> dict[str, Any]:
+    """The run.json a run starts with; ranks add nodes and versions, the end adds status."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_dir.name,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": argv,
+        "gpuprof_version": _gpuprof_version(),
+        "launcher": launcher,
+        "num_nodes": plan.num_nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "world_size": plan.world_size,
+        "device": plan.device,
+        "backend": "nccl" if plan.device == "cuda" else "gloo",
+        "suite": plan.suite,
+        "probes": list(plan.probes),
+        "status": "running",
+        "failures": [],
+    }
+
+
+def start_run(plan: SweepPlan, out: Path, tag: str, argv: list[str], launcher: str) -> Path:
+    """Create the run folder with plan.json and run.json (status running)."""
+    run_dir = create_run_dir(out, tag)
+    write_json_atomic(run_dir / PLAN_JSON, plan.to_dict())
+    write_json_atomic(run_dir / RUN_JSON, new_run_record(plan, run_dir, argv, launcher))
+    return run_dir
 
 
 def resolve_run(spec: str | Path, out: Path = DEFAULT_OUT) -> Path:

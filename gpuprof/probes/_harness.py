@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from gpuprof.plan import GroupSpec
+from gpuprof.probes._transfer import Shipper
 from gpuprof.records import (
     CaseRecord,
     ShardWriter,
@@ -65,6 +66,8 @@ class Context:
     case_timeout_s: float
     _writer: ShardWriter | None = field(default=None, repr=False)
     verbose: bool = True
+    home_rank: int = 0  # the rank whose run folder collects every record
+    shipper: Shipper | None = None
     _watchdog: _Watchdog | None = field(default=None, repr=False)
 
     def log(self, message: str) -> None:
@@ -124,9 +127,11 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
     return ctx
 
 
-def attach_shard(ctx: Context, run_dir: Path) -> None:
-    """Open this rank's shard in `run_dir` (once the run folder is known)."""
+def attach_shard(ctx: Context, run_dir: Path, home_rank: int = 0) -> None:
+    """Open this rank's shard in `run_dir` and send its records to `home_rank` as it goes."""
     ctx._writer = ShardWriter(shard_path(run_dir, ctx.rank))
+    ctx.home_rank = home_rank
+    ctx.shipper = Shipper(ctx._writer.path, run_dir, ctx.rank, home_rank)
 
 
 def rank_info(ctx: Context) -> dict[str, Any]:
@@ -254,6 +259,7 @@ class _Watchdog:
                 probe, case_id, where, _ = case
                 error = f"case timed out after {self._ctx.case_timeout_s:g} s"
                 self._ctx.writer.write(failure_record(probe, case_id, where, error))
+                self._ctx.writer.flag_failure()
                 print(
                     f"gpuprof: rank {self._ctx.rank} on {self._ctx.host}: {probe} {case_id}: "
                     f"{error}",
@@ -340,6 +346,7 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             return
         except Exception as exc:
             ctx.writer.write(failure_record(probe, case.case_id, where, repr(exc)))
+            ctx.writer.flag_failure()
             raise
         record = CaseRecord(
             probe=probe,
@@ -379,6 +386,8 @@ def run_cases(
             for case in cases:
                 run_case(ctx, probe, scope, case, budget)
         dist.barrier()
+        if ctx.shipper is not None:
+            ctx.shipper.ship()
     ctx.writer.sync()
 
 

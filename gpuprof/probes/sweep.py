@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +21,21 @@ from gpuprof.options import collectives_options, collectives_params, pop_collect
 from gpuprof.plan import SweepPlan, suite_collectives
 from gpuprof.probes import PROBE_MODULES
 from gpuprof.probes._harness import Context, attach_shard, init, rank_info, resolve_device
-from gpuprof.records import SCHEMA_VERSION
+from gpuprof.records import RANKS_DIR
 from gpuprof.store import (
     DEFAULT_OUT,
     PLAN_JSON,
-    RUN_JSON,
     check_out_dir,
     check_tag,
-    create_run_dir,
     read_json,
+    start_run,
     update_run_json,
-    write_json_atomic,
 )
 
 
-def describe_job(ctx: Context, run_dir: Path) -> None:
-    """Gather every rank's identity (and each node's hardware) into run.json on rank 0."""
+def describe_job(ctx: Context, plan: SweepPlan, run_dir: Path) -> list[str]:
+    """Gather every rank's identity and each node's hardware into run.json on the home rank;
+    return the preflight problems (the same list on every rank)."""
     mine: dict[str, Any] = {"rank": rank_info(ctx)}
     if ctx.local_rank == 0:
         mine["node"] = gpuenv.node_info(ctx.node_rank)
@@ -45,69 +43,149 @@ def describe_job(ctx: Context, run_dir: Path) -> None:
         mine["node"]["versions"] = gpuenv.versions()
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, mine)
-    if ctx.rank != 0:
-        return
     nodes = sorted((g["node"] for g in gathered if "node" in g), key=lambda n: n["node_rank"])
-    update_run_json(
-        run_dir,
-        device=ctx.device.type,
-        backend=ctx.backend,
-        world_size=ctx.world_size,
-        versions=nodes[0]["versions"],
-        env=gpuenv.captured_env(),
-        nodes=nodes,
-        ranks=[g["rank"] for g in gathered],
-    )
+    problems = preflight(plan, nodes, ctx.world_size, ctx.local_world_size)
+    if ctx.rank == ctx.home_rank:
+        update_run_json(
+            run_dir,
+            device=ctx.device.type,
+            backend=ctx.backend,
+            world_size=ctx.world_size,
+            versions=nodes[0]["versions"],
+            env=gpuenv.captured_env(),
+            nodes=nodes,
+            ranks=[g["rank"] for g in gathered],
+            preflight=problems,
+        )
+    return problems
 
 
 def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
-    """Run every probe of the plan on this rank."""
-    describe_job(ctx, run_dir)
+    """Run every probe of the plan on this rank (after the preflight checks pass)."""
+    problems = describe_job(ctx, plan, run_dir)
+    if problems:
+        if ctx.rank == ctx.home_rank:
+            ctx.writer.write(
+                {
+                    "type": "failure",
+                    "probe": "preflight",
+                    "case_id": None,
+                    "rank": ctx.rank,
+                    "host": ctx.host,
+                    "error": "; ".join(problems),
+                }
+            )
+        raise PreflightError("; ".join(problems))
     for probe in plan.probes:
         module = importlib.import_module(PROBE_MODULES[probe])
         module.run(ctx, getattr(plan, probe), plan.num_nodes, plan.gpus_per_node)
 
 
+class PreflightError(RuntimeError):
+    """The nodes do not match each other or the plan; nothing was measured."""
+
+
+def join_job(
+    ctx: Context,
+    *,
+    run_dir: Path | None,
+    out: Path | None,
+    home_capable: bool,
+    handoff: Path | None = None,
+) -> tuple[SweepPlan, Path]:
+    """Agree on the home rank (the first that holds the run folder), receive the plan from it,
+    and open this rank's shard in the run folder of the same name on this node."""
+    flags: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(flags, bool(home_capable and run_dir is not None))
+    candidates = [rank for rank, flag in enumerate(flags) if flag]
+    if not candidates:
+        raise RuntimeError("no rank holds the run folder: start node 0 with --run-dir --home")
+    home = candidates[0]
+    box: list[Any] = [None, None]
+    if ctx.rank == home:
+        assert run_dir is not None
+        box = [read_json(run_dir / PLAN_JSON), str(run_dir)]
+    dist.broadcast_object_list(box, src=home)
+    plan = SweepPlan.from_dict(box[0])
+    if run_dir is None:
+        assert out is not None, "a rank needs --run-dir or --out"
+        run_dir = out / Path(box[1]).name
+    (run_dir / RANKS_DIR).mkdir(parents=True, exist_ok=True)
+    attach_shard(ctx, run_dir, home)
+    if handoff is not None and ctx.local_rank == 0:
+        handoff.write_text(str(run_dir), "utf-8")
+    return plan, run_dir
+
+
 def worker_main(argv: list[str] | None = None) -> None:
     """The process every launcher starts on every rank."""
     parser = argparse.ArgumentParser(prog="gpuprof.probes.sweep")
-    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--run-dir", type=Path, help="the run folder (node 0, or shared)")
+    parser.add_argument("--out", type=Path, help="where this node keeps its copy of the run")
+    parser.add_argument("--home", action="store_true", help="this node collects the records")
+    parser.add_argument("--home-host", help="the host that collects the records")
+    parser.add_argument("--handoff", type=Path, help="file to write this node's run folder in")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
-    plan = SweepPlan.from_dict(read_json(args.run_dir / PLAN_JSON))
-    ctx = init(args.run_dir, plan.device, plan.case_timeout_s)
-    execute(ctx, plan, args.run_dir)
+    ctx = init(None, args.device, args.timeout)
+    capable = args.home or (args.home_host is not None and ctx.host == args.home_host)
+    plan, run_dir = join_job(
+        ctx, run_dir=args.run_dir, out=args.out, home_capable=capable, handoff=args.handoff
+    )
+    try:
+        execute(ctx, plan, run_dir)
+    except PreflightError as exc:
+        ctx.log(f"gpuprof: preflight failed: {exc}")
+        sys.exit(1)
     dist.destroy_process_group()
 
 
-def new_run_record(
-    plan: SweepPlan, run_dir: Path, argv: list[str], launcher: str
-) -> dict[str, Any]:
-    """The run.json a run starts with; ranks add nodes and versions, the end adds status."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_dir.name,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "argv": argv,
-        "gpuprof_version": gpuenv.gpuprof_version(),
-        "launcher": launcher,
-        "num_nodes": plan.num_nodes,
-        "gpus_per_node": plan.gpus_per_node,
-        "world_size": plan.world_size,
-        "device": plan.device,
-        "backend": "nccl" if plan.device == "cuda" else "gloo",
-        "suite": plan.suite,
-        "probes": list(plan.probes),
-        "status": "running",
-        "failures": [],
-    }
+def preflight(
+    plan: SweepPlan, nodes: list[dict[str, Any]], world_size: int, local_world_size: int
+) -> list[str]:
+    """Problems that must stop a sweep before any probe: mismatched versions, missing GPUs."""
+    problems = []
+    if world_size != plan.world_size or local_world_size != plan.gpus_per_node:
+        problems.append(
+            f"the job has {world_size} ranks, {local_world_size} per node; the plan "
+            f"asks for {plan.num_nodes} x {plan.gpus_per_node}"
+        )
+    for key in ("torch", "cuda", "nccl", "driver", "gpuprof"):
+        seen = {str(n["versions"].get(key)): n["host"] for n in nodes}
+        if len(seen) > 1:
+            detail = ", ".join(f"{v} on {h}" for v, h in seen.items())
+            problems.append(f"{key} versions differ between nodes: {detail}")
+    if plan.device == "cuda":
+        for node in nodes:
+            if len(node["gpus"]) < plan.gpus_per_node:
+                problems.append(
+                    f"{node['host']} has {len(node['gpus'])} GPU(s), the sweep asks "
+                    f"for {plan.gpus_per_node} per node"
+                )
+    return problems
 
 
-def start_run(plan: SweepPlan, out: Path, tag: str, argv: list[str], launcher: str) -> Path:
-    """Create the run folder with plan.json and run.json (status running)."""
-    run_dir = create_run_dir(out, tag)
-    write_json_atomic(run_dir / PLAN_JSON, plan.to_dict())
-    write_json_atomic(run_dir / RUN_JSON, new_run_record(plan, run_dir, argv, launcher))
-    return run_dir
+def run_inline(
+    plan: SweepPlan, out: Path, tag: str, argv: list[str], print_table: bool = False
+) -> None:
+    """Run as one rank of a job someone else launched (torchrun by hand): rank 0 creates the
+    run folder and finishes it; every rank measures."""
+    check_out_dir(out)
+    check_tag(tag)
+    ctx = init(None, plan.device, plan.case_timeout_s)
+    run_dir = start_run(plan, out, tag, argv, "torchrun") if ctx.rank == 0 else None
+    plan, run_dir = join_job(ctx, run_dir=run_dir, out=out, home_capable=ctx.rank == 0)
+    try:
+        execute(ctx, plan, run_dir)
+    except PreflightError as exc:
+        ctx.log(f"gpuprof: preflight failed: {exc}")
+        sys.exit(1)
+    if ctx.rank == ctx.home_rank:
+        from gpuprof.launch import finish_run
+
+        finish_run(run_dir, returncode=0, print_table=print_table)
+    dist.destroy_process_group()
 
 
 def _standalone(
@@ -125,21 +203,7 @@ def _standalone(
         case_timeout_s=timeout,
         **{probe: params},
     )
-    check_out_dir(Path(out))
-    check_tag(tag)
-    ctx = init(None, resolved, timeout)
-    box: list[Any] = [None]
-    if ctx.rank == 0:
-        box[0] = str(start_run(plan, Path(out), tag, sys.argv, "torchrun"))
-    dist.broadcast_object_list(box, src=0)
-    run_dir = Path(box[0])
-    attach_shard(ctx, run_dir)
-    execute(ctx, plan, run_dir)
-    if ctx.rank == 0:
-        from gpuprof.launch import finish_run
-
-        finish_run(run_dir, returncode=0, print_table=True)
-    dist.destroy_process_group()
+    run_inline(plan, Path(out), tag, sys.argv, print_table=True)
 
 
 def standalone_main(probe: str, argv: list[str] | None = None) -> None:
