@@ -241,9 +241,11 @@ def _sendrecv(
     send = data.send(count)
     recv = torch.zeros(count, dtype=data.dtype, device=ctx.device)
     nxt, prv = scope.ranks[(data.r + 1) % data.n], scope.ranks[(data.r - 1) % data.n]
+    # Receive posted before send: gloo then moves both directions at once (send first
+    # serialises them and halves a full-duplex link); NCCL groups the pair either way.
     ops = [
-        dist.P2POp(dist.isend, send, nxt, scope.group),
         dist.P2POp(dist.irecv, recv, prv, scope.group),
+        dist.P2POp(dist.isend, send, nxt, scope.group),
     ]
 
     def run() -> None:

@@ -1,0 +1,109 @@
+"""A 2-node x 2-rank sweep over an emulated cluster: namespaces, a shaped link, manual launcher,
+each node writing to its own folder (no shared filesystem)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuprof import open_run
+from gpuprof.analysis.bandwidth import summarize_collectives
+from tests.cluster import emulated_cluster, unavailable
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+]
+RATE_MBIT = 200
+
+
+def manual_sweep(cluster, tmp_path: Path, extra: list[str]) -> list[int]:  # type: ignore[no-untyped-def]
+    procs = []
+    for node in range(2):
+        argv = [
+            sys.executable,
+            "-m",
+            "gpuprof",
+            "sweep",
+            "--launcher",
+            "manual",
+            "--nodes",
+            "2",
+            "--gpus",
+            "2",
+            "--node-rank",
+            str(node),
+            "--master-addr",
+            cluster.addr(0),
+            "--master-port",
+            "29555",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / f"n{node}"),
+            "--timeout",
+            "60",
+            *extra,
+        ]
+        procs.append(cluster.popen(node, argv, tmp_path / f"node{node}.log"))
+    return [p.wait(timeout=600) for p in procs]
+
+
+def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
+    with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:
+        iperf = cluster.iperf3_mbytes_per_s(0, 1)
+        codes = manual_sweep(
+            cluster,
+            tmp_path,
+            [
+                "-o",
+                "sendrecv,broadcast",
+                "--sizes",
+                "64K,8M",
+                "--budget-ms",
+                "5",
+                "--min-iters",
+                "3",
+                "--warmup",
+                "1",
+            ],
+        )
+    logs = {n: (tmp_path / f"node{n}.log").read_text()[-2000:] for n in range(2)}
+    assert codes == [0, 0], logs
+    run = open_run("latest", tmp_path / "n0")
+    frame = run.table("collectives")
+    assert set(frame["rank"]) == {0, 1, 2, 3}  # node 1's records reached node 0
+    assert set(frame["host"]) == {"node0", "node1"}
+    summary = summarize_collectives(frame)
+    scopes = {
+        (s, n, g)
+        for s, n, g in zip(summary["scope"], summary["world_size"], summary["group"], strict=True)
+    }
+    assert scopes == {
+        ("intra", 2, "node0"),
+        ("intra", 2, "node1"),
+        ("inter", 2, "rail0"),
+        ("rails", 2, "rail0"),
+        ("rails", 2, "rail1"),
+        ("global", 4, "all"),
+    }
+    assert (summary["nwrong"] == 0).all()
+    big = summary[summary["size_bytes"] == 8 << 20]
+    print(f"\niperf3 {iperf:.2f} MB/s on a {RATE_MBIT} Mbit/s tbf link")
+    for op in ("sendrecv", "broadcast"):
+        inter = big[(big["scope"] == "inter") & (big["op"] == op)]["busbw_gbps"].item() * 1e3
+        intra = big[(big["scope"] == "intra") & (big["op"] == op)]["busbw_gbps"].min() * 1e3
+        print(
+            f"{op}: inter busbw {inter:.2f} MB/s ({inter / iperf:.3f} of iperf3), "
+            f"intra {intra:.1f} MB/s"
+        )
+        assert abs(inter / iperf - 1) <= 0.15
+        assert intra > 2 * inter
+    # node 1 kept its own shards as a backup
+    backup = next((tmp_path / "n1").iterdir())
+    assert sorted(p.name for p in (backup / "ranks").glob("*.jsonl")) == [
+        "rank-00002.jsonl",
+        "rank-00003.jsonl",
+    ]
