@@ -1,0 +1,114 @@
+"""A rank that dies or hangs ends the sweep within --timeout, names itself, and loses nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuprof import open_run
+from gpuprof.records import iter_run_records
+
+TIMEOUT_S = 8
+
+
+def start(out: Path, *extra: str) -> subprocess.Popen[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuprof",
+        "sweep",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--timeout",
+        str(TIMEOUT_S),
+        "--sizes",
+        "1K,64K,256K",
+        "--budget-ms",
+        "250",
+        "--warmup",
+        "1",
+        *extra,
+    ]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def completed_cases(run_dir: Path) -> set[str]:
+    """Cases with a record from both ranks."""
+    ranks: dict[str, set[int]] = {}
+    for rec in iter_run_records(run_dir):
+        if rec["type"] == "case":
+            ranks.setdefault(rec["case_id"], set()).add(rec["rank"])
+    return {case for case, seen in ranks.items() if seen == {0, 1}}
+
+
+def wait_for_cases(
+    out: Path, count: int, proc: subprocess.Popen[str]
+) -> tuple[Path, dict[int, int]]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = list(out.glob("*/run.json"))
+        if runs and proc.poll() is None:
+            run_dir = runs[0].parent
+            info = json.loads(runs[0].read_text())
+            if info.get("ranks") and len(completed_cases(run_dir)) >= count:
+                return run_dir, {r["rank"]: r["pid"] for r in info["ranks"]}
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the sweep never got going")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["SIGKILL", "SIGSTOP"])
+def test_lost_rank_ends_the_sweep_and_keeps_every_completed_case(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    proc = start(tmp_path)
+    run_dir, pids = wait_for_cases(tmp_path, 4, proc)
+    os.kill(pids[1], sig)
+    killed_at = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT_S + 60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[1], signal.SIGKILL)  # never leave a stopped rank behind
+    elapsed = time.monotonic() - killed_at
+    print(f"\n{sig.name}: exit {proc.returncode} after {elapsed:.1f} s")
+    assert proc.returncode == 3, err
+    assert elapsed <= TIMEOUT_S + 10
+    assert err.strip().splitlines()[-1].startswith("gpuprof: error: run partial: rank 1")
+    run = open_run(run_dir)
+    assert run.info["status"] == "partial"
+    failure = run.info["failures"][0]
+    assert failure["rank"] == 1 and failure["probe"] == "collectives" and failure["case_id"]
+    kept = set(run.table("collectives")["case_id"])
+    done = completed_cases(run_dir)
+    print(f"{len(done)} cases completed before the {sig.name}; {len(kept & done)} kept")
+    assert done <= kept
+    html = (run_dir / "report.html").read_text()
+    assert "Failure:" in html and "rank 1" in html
+
+
+def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
+    proc = start(tmp_path)
+    run_dir, _ = wait_for_cases(tmp_path, 3, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    run = open_run(run_dir)
+    assert run.info["status"] == "partial"
+    assert "interrupted" in run.info["failures"][0]["error"]
+    assert completed_cases(run_dir) <= set(run.table("collectives")["case_id"])
+    assert (run_dir / "report.html").exists()
