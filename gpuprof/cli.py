@@ -64,6 +64,12 @@ def _launch_options(func: Any) -> Any:
         click.option(
             "--master-port", type=int, help="rendezvous port [default: 29500, local: free]"
         ),
+        click.option(
+            "--resume",
+            "resume",
+            metavar="RUN",
+            help="measure only the cases RUN is missing, with RUN's own plan",
+        ),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),
     )(func)
@@ -115,6 +121,7 @@ def _sweep(
     out: str,
     no_report: bool,
     dry_run: bool,
+    resume: str | None,
     print_table: bool = False,
     **plan_opts: Any,
 ) -> None:
@@ -128,7 +135,17 @@ def _sweep(
 
         world, local = torchrun_sizes()
         plan_opts.update(nodes=max(1, world // local), gpus=local)
-    plan = _plan(probes, coll_opts, **plan_opts)
+    resume_dir = None
+    if resume is not None:
+        from gpuprof.store import open_run, resume_plan
+
+        run = open_run(resume, out)
+        if run.status == "complete":
+            click.echo(f"gpuprof: {run.path} is complete; nothing to resume", err=True)
+            return
+        resume_dir, plan = run.path, resume_plan(run.path)
+    else:
+        plan = _plan(probes, coll_opts, **plan_opts)
     check_out_dir(Path(out))
     argv = (click.get_current_context().obj or {}).get("argv", sys.argv)
     if kind == "torchrun":
@@ -145,15 +162,32 @@ def _sweep(
     if dry_run:
         click.echo("\n".join(dry_run_commands(plan, cfg, Path(out))))
         return
-    _finish(plan, cfg, Path(out), tag, argv, report=not no_report, print_table=print_table)
+    _finish(
+        plan,
+        cfg,
+        Path(out),
+        tag,
+        argv,
+        report=not no_report,
+        print_table=print_table,
+        resume=resume_dir,
+    )
 
 
 def _finish(
-    plan: Any, cfg: Any, out: Path, tag: str, argv: list[str], *, report: bool, print_table: bool
+    plan: Any,
+    cfg: Any,
+    out: Path,
+    tag: str,
+    argv: list[str],
+    *,
+    report: bool,
+    print_table: bool,
+    resume: Path | None = None,
 ) -> None:
     from gpuprof.launch import run_sweep
 
-    result = run_sweep(plan, cfg, out, tag, argv, report=report)
+    result = run_sweep(plan, cfg, out, tag, argv, report=report, resume=resume)
     if not result.home:
         click.echo(
             f"node {cfg.node_rank}: {result.status}; this node's shards are in "

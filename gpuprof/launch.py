@@ -448,10 +448,10 @@ def supervise(
     return result
 
 
-def _failures(run_dir: Path, supervised: Supervised | None) -> list[dict[str, Any]]:
+def _failures(run_dir: Path, supervised: Supervised | None, since_ns: int) -> list[dict[str, Any]]:
     """Who failed: the ranks that died or were stopped (seen by the launcher, or silent inside
     a case), then the failures ranks wrote themselves (timeouts waiting for them, errors)."""
-    events = run_events(run_dir)
+    events = run_events(run_dir, since_ns)
     keep = ("rank", "host", "probe", "case_id", "error")
     written = [{k: f.get(k) for k in keep} for f in events["failure"]]
     if not supervised or supervised.returncode == 0:
@@ -483,7 +483,9 @@ def finish_run(
 ) -> dict[str, Any]:
     """Consolidate shards, set status and failures in run.json; optionally print the table."""
     tables = consolidate(run_dir)
-    failures = _failures(run_dir, supervised)
+    failures = _failures(
+        run_dir, supervised, int(read_json(run_dir / RUN_JSON).get("attempt_ns", 0))
+    )
     skipped = run_events(run_dir)["skip"]
     status = "complete" if returncode == 0 and not failures else "partial" if tables else "failed"
     info = update_run_json(
@@ -530,15 +532,25 @@ class SweepResult:
 
 
 def run_sweep(
-    plan: SweepPlan, cfg: LaunchConfig, out: Path, tag: str, argv: list[str], *, report: bool = True
+    plan: SweepPlan,
+    cfg: LaunchConfig,
+    out: Path,
+    tag: str,
+    argv: list[str],
+    *,
+    report: bool = True,
+    resume: Path | None = None,
 ) -> SweepResult:
-    """Create the run (on the home node), launch this node's ranks once, supervise,
-    consolidate, and write the report."""
-    from gpuprof.store import start_run
+    """Create the run (on the home node) or resume one, launch this node's ranks once,
+    supervise, consolidate, and write the report."""
+    from gpuprof.store import prepare_resume, start_run
 
     if cfg.launcher == "manual" and cfg.node_rank != 0:
         return _run_helper_node(plan, cfg, out)
-    run_dir = start_run(plan, out, tag, argv, cfg.launcher)
+    if resume is not None:
+        run_dir = prepare_resume(resume, argv)
+    else:
+        run_dir = start_run(plan, out, tag, argv, cfg.launcher)
     launch = node_command(plan, cfg, run_dir=run_dir, out=out)
     supervised = supervise(launch, run_dir, plan.case_timeout_s)
     info = finish_run(run_dir, supervised.returncode, supervised)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from gpuprof.errors import RunNotFoundError, UsageError
 from gpuprof.plan import SweepPlan
-from gpuprof.records import RANKS_DIR, SCHEMA_VERSION, iter_run_records
+from gpuprof.records import FAILED_FLAG, RANKS_DIR, SCHEMA_VERSION, iter_run_records
 
 RUN_JSON = "run.json"
 PLAN_JSON = "plan.json"
@@ -126,13 +126,34 @@ def update_run_json(run_dir: Path, **changes: Any) -> dict[str, Any]:
     return data
 
 
+def _case_key(rec: dict[str, Any]) -> tuple[Any, ...]:
+    return (rec["probe"], rec["scope"], rec["world_size"], rec["group"], rec["case_id"])
+
+
+def _latest_cases(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Case records, the last one per rank and case (a resumed run may repeat a case)."""
+    latest = {}
+    for rec in records:
+        if rec.get("type") == "case":
+            latest[(*_case_key(rec), rec["rank"])] = rec
+    return list(latest.values())
+
+
+def completed_cases(run_dir: Path) -> list[list[Any]]:
+    """[probe, scope, world_size, group, case_id] of every case that every rank of its group
+    recorded (measured or skipped): what `--resume` does not measure again."""
+    ranks: dict[tuple[Any, ...], set[int]] = defaultdict(set)
+    for rec in iter_run_records(run_dir):
+        if rec.get("type") in ("case", "skip"):
+            ranks[_case_key(rec)].add(int(rec["rank"]))
+    return [list(key) for key, seen in ranks.items() if len(seen) == key[2]]
+
+
 def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     """Expand case records into one row per iteration, grouped by probe."""
     columns: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[str, int] = defaultdict(int)
-    for rec in records:
-        if rec.get("type") != "case":
-            continue
+    for rec in _latest_cases(records):
         probe, times = rec["probe"], rec["times_us"]
         cols, start, num = columns[probe], counts[probe], len(times)
         fixed = {k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")}
@@ -153,13 +174,16 @@ def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def run_events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def run_events(run_dir: Path, since_ns: int = 0) -> dict[str, list[dict[str, Any]]]:
     """The skip and failure records of a run, and each rank's case in flight: a start marker
-    with no case, skip or failure record after it (the rank died or hung in that case)."""
+    with no case, skip or failure record after it (the rank died or hung in that case).
+    Failures and markers before `since_ns` (an earlier attempt of a resumed run) are ignored."""
     events: dict[str, list[dict[str, Any]]] = {"skip": [], "failure": [], "in_flight": []}
     started: dict[int, dict[str, Any]] = {}
     for rec in iter_run_records(run_dir):
         kind, rank = rec.get("type"), rec.get("rank")
+        if kind in ("failure", "phase") and rec.get("unix_ns", since_ns) < since_ns:
+            continue
         if kind in ("skip", "failure"):
             events[str(kind)].append(rec)
         if kind == "phase" and rec.get("event") == "start":
@@ -211,12 +235,43 @@ def start_run(plan: SweepPlan, out: Path, tag: str, argv: list[str], launcher: s
     return run_dir
 
 
+RESUME_JSON = "resume.json"
+
+
+def prepare_resume(run_dir: Path, argv: list[str]) -> Path:
+    """Make a run ready to measure its missing cases: resume.json lists the completed ones,
+    failure flags of the last attempt go, and run.json records the new attempt."""
+    completed = completed_cases(run_dir)
+    write_json_atomic(run_dir / RESUME_JSON, {"completed": completed})
+    for flag in (run_dir / RANKS_DIR).glob(FAILED_FLAG + "*"):
+        flag.unlink()
+    info = read_json(run_dir / RUN_JSON)
+    attempts = [
+        *info.get("attempts", []),
+        {"argv": argv, "completed_before": len(completed), "started_utc": _utc_now()},
+    ]
+    # ranks: the new attempt's processes replace the old ones (the launcher watches their pids)
+    update_run_json(
+        run_dir, status="running", attempts=attempts, attempt_ns=time.time_ns(), ranks=[]
+    )
+    return run_dir
+
+
+def resume_plan(run_dir: Path) -> SweepPlan:
+    """The plan of a run being resumed (its own, whatever the command line says)."""
+    return SweepPlan.from_dict(read_json(run_dir / PLAN_JSON))
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def resolve_run(spec: str | Path, out: Path = DEFAULT_OUT) -> Path:
     """A RUN argument -> a run folder: a path, 'latest', or a run number (prefix) inside `out`."""
     text = str(spec)
-    path = Path(text)
-    if (path / RUN_JSON).is_file():
-        return path
+    for path in (Path(text), out / text):  # a path, or a folder name inside `out`
+        if (path / RUN_JSON).is_file():
+            return path
     if text == "latest":
         runs = [p for _, p in _run_numbers(out) if (p / RUN_JSON).is_file()]
         if runs:

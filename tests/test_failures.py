@@ -112,3 +112,41 @@ def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
     assert "interrupted" in run.info["failures"][0]["error"]
     assert completed_cases(run_dir) <= set(run.table("collectives")["case_id"])
     assert (run_dir / "report.html").exists()
+
+
+def test_resume_measures_only_the_missing_cases(tmp_path: Path) -> None:
+    proc = start(tmp_path)
+    run_dir, pids = wait_for_cases(tmp_path, 4, proc)
+    os.kill(pids[1], signal.SIGKILL)
+    proc.communicate(timeout=60)
+    before = completed_cases(run_dir)
+    first_times = {
+        (rec["case_id"], rec["rank"]): rec["times_us"]
+        for rec in iter_run_records(run_dir)
+        if rec["type"] == "case"
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuprof",
+            "sweep",
+            "--resume",
+            run_dir.name,
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = open_run(run_dir)
+    assert run.info["status"] == "complete" and run.info["failures"] == []
+    assert run.info["attempts"][0]["completed_before"] == len(before)
+    frame = run.table("collectives")
+    assert frame["case_id"].nunique() == 27  # 9 op/mode pairs x 3 sizes, each once
+    assert frame.groupby(["case_id", "rank"])["iteration"].apply(lambda s: s.is_unique).all()
+    for case_id in before:  # completed cases were not measured again
+        rows = frame[(frame["case_id"] == case_id) & (frame["rank"] == 0)]
+        assert list(rows.sort_values("iteration")["time_us"]) == first_times[(case_id, 0)]

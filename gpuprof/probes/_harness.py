@@ -68,6 +68,7 @@ class Context:
     verbose: bool = True
     home_rank: int = 0  # the rank whose run folder collects every record
     shipper: Shipper | None = None
+    completed: set[tuple[Any, ...]] = field(default_factory=set)  # (probe, scope, n, group, id)
     _watchdog: _Watchdog | None = field(default=None, repr=False)
 
     def log(self, message: str) -> None:
@@ -383,8 +384,10 @@ def run_cases(
                 ctx.log(
                     f"[{probe}] {scope.spec.scope} n={scope.spec.world_size}: {len(cases)} cases"
                 )
+            key = (probe, scope.spec.scope, scope.spec.world_size, scope.name)
             for case in cases:
-                run_case(ctx, probe, scope, case, budget)
+                if (*key, case.case_id) not in ctx.completed:  # --resume: measured already
+                    run_case(ctx, probe, scope, case, budget)
         dist.barrier()
         if ctx.shipper is not None:
             ctx.shipper.ship()

@@ -25,6 +25,7 @@ from gpuprof.records import RANKS_DIR
 from gpuprof.store import (
     DEFAULT_OUT,
     PLAN_JSON,
+    RESUME_JSON,
     check_out_dir,
     check_tag,
     read_json,
@@ -101,12 +102,15 @@ def join_job(
     if not candidates:
         raise RuntimeError("no rank holds the run folder: start node 0 with --run-dir --home")
     home = candidates[0]
-    box: list[Any] = [None, None]
+    box: list[Any] = [None, None, None]
     if ctx.rank == home:
         assert run_dir is not None
-        box = [read_json(run_dir / PLAN_JSON), str(run_dir)]
+        resume = run_dir / RESUME_JSON
+        done = read_json(resume)["completed"] if resume.exists() else []
+        box = [read_json(run_dir / PLAN_JSON), str(run_dir), done]
     dist.broadcast_object_list(box, src=home)
     plan = SweepPlan.from_dict(box[0])
+    ctx.completed = {tuple(key) for key in box[2]}
     if run_dir is None:
         assert out is not None, "a rank needs --run-dir or --out"
         run_dir = out / Path(box[1]).name
