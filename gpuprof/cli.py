@@ -151,7 +151,7 @@ def _sweep(
     if kind == "torchrun":
         from gpuprof.probes.sweep import run_inline
 
-        run_inline(plan, Path(out), tag, argv, print_table=print_table)
+        run_inline(plan, Path(out), tag, argv, print_table=print_table, report=not no_report)
         return
     cfg = check_launch(
         plan,

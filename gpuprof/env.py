@@ -191,14 +191,37 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def local_checks(vers: dict[str, Any], node: dict[str, Any]) -> list[str]:
+    """This node's preflight problems (the sweep adds the cross-node ones: equal versions,
+    GPU counts, job shape)."""
+    problems = []
+    gpus = node["gpus"]
+    if vers.get("cuda") and not gpus:
+        problems.append(
+            f"torch is built for CUDA {vers['cuda']} but NVML sees no GPU "
+            "(driver missing?): sweeps will run on CPU with gloo"
+        )
+    if gpus and not vers.get("cuda"):
+        problems.append(
+            f"{len(gpus)} GPU(s) present but torch is a CPU build: install a CUDA build of torch"
+        )
+    if gpus and vers.get("cuda") and not vers.get("nccl"):
+        problems.append("GPUs present but torch reports no NCCL: multi-GPU runs fall back to gloo")
+    if not any(nic["up"] and nic["name"] != "lo" for nic in node["nics"]):
+        problems.append("no network interface is up besides lo: only single-node runs can work")
+    return problems
+
+
 def describe() -> dict[str, Any]:
-    """What `gpuprof env` prints: launcher, versions, this node, captured environment."""
+    """What `gpuprof env` prints: launcher, versions, this node, environment, preflight."""
+    vers, node = versions(), node_info()
     return {
         "launcher": detect_launcher(),
         "executable": sys.executable,
-        "versions": versions(),
-        "node": node_info(),
+        "versions": vers,
+        "node": node,
         "env": captured_env(),
+        "preflight": local_checks(vers, node),
     }
 
 
@@ -229,4 +252,6 @@ def format_description(info: dict[str, Any]) -> str:
             f"nic        {nic['name']:<12} {state:<4} {rate:<14} mtu {nic['mtu']}  "
             f"{' '.join(nic['ipv4'])}"
         )
+    checks = info.get("preflight", [])
+    lines += [f"preflight  {p}" for p in checks] or ["preflight  ok"]
     return "\n".join(lines)

@@ -441,6 +441,7 @@ def supervise(
     if result is not None:
         _kill(proc)
     root.join()
+    proc.stderr.close()
     if result is None:
         result = Supervised(returncode=int(proc.returncode), run_dir=run_dir)
     # Who failed first: a stopped rank, else torchrun's root cause, else the first seen dead.

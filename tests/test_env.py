@@ -47,3 +47,15 @@ def test_captured_env_allow_list_and_redaction() -> None:
         "TORCH_API_TOKEN": REDACTED,
         "MASTER_ADDR": "10.0.0.1",
     }
+
+
+def test_local_checks() -> None:
+    from gpuprof.env import local_checks
+
+    lo = {"name": "lo", "up": True}
+    eth = {"name": "eth0", "up": True}
+    cpu_build = {"cuda": None, "nccl": None}
+    assert local_checks(cpu_build, {"gpus": [], "nics": [lo, eth]}) == []
+    problems = local_checks({"cuda": "12.4", "nccl": None}, {"gpus": [], "nics": [lo]})
+    assert "NVML sees no GPU" in problems[0] and "only single-node" in problems[1]
+    assert "CPU build" in local_checks(cpu_build, {"gpus": [{}], "nics": [eth]})[0]

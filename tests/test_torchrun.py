@@ -1,4 +1,4 @@
-"""Each probe also runs under torchrun directly, printing its table on rank 0."""
+"""Probes and `gpuprof sweep` also run under torchrun directly; rank 0 holds the run."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuprof import open_run
 from gpuprof.launch import free_port
 
 
-def test_torchrun_module_entry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry", [["gpuprof.probes.collectives"], ["gpuprof", "sweep"]])
+def test_torchrun_module_entry(tmp_path: Path, entry: list[str]) -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -24,7 +27,7 @@ def test_torchrun_module_entry(tmp_path: Path) -> None:
         "--master-port",
         str(free_port()),
         "-m",
-        "gpuprof.probes.collectives",
+        *entry,
         "--device",
         "cpu",
         "--out",
@@ -44,8 +47,11 @@ def test_torchrun_module_entry(tmp_path: Path) -> None:
         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    header = result.stdout.splitlines()[0]
-    assert "busbw_GB/s" in header
+    lines = result.stdout.splitlines()
+    if entry[0] == "gpuprof.probes.collectives":
+        assert "busbw_GB/s" in lines[0]
+    assert lines[-1].endswith("report.html")
     run = open_run("latest", tmp_path)
     assert run.info["status"] == "complete" and run.info["launcher"] == "torchrun"
     assert set(run.table("collectives")["op"]) == {"all_reduce", "reduce_scatter"}
+    assert (run.path / "report.html").exists()

@@ -171,7 +171,12 @@ def preflight(
 
 
 def run_inline(
-    plan: SweepPlan, out: Path, tag: str, argv: list[str], print_table: bool = False
+    plan: SweepPlan,
+    out: Path,
+    tag: str,
+    argv: list[str],
+    print_table: bool = False,
+    report: bool = True,
 ) -> None:
     """Run as one rank of a job someone else launched (torchrun by hand): rank 0 creates the
     run folder and finishes it; every rank measures."""
@@ -189,6 +194,11 @@ def run_inline(
         from gpuprof.launch import finish_run
 
         finish_run(run_dir, returncode=0, print_table=print_table)
+        if report:
+            from gpuprof.reports.html import write_report
+            from gpuprof.store import Run
+
+            print(write_report(Run(run_dir)))
     dist.destroy_process_group()
 
 
