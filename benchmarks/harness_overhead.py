@@ -9,7 +9,7 @@ slowest rank's time. Prints per size the median of the per-repeat ratios gpuprof
 at most 1.03), the ratio of the pooled medians, and every per-repeat ratio. Gloo on a shared
 2-core machine is noisy per iteration (0.6 to 8 ms at 1 MiB here): hence many repeats.
 
-    python benchmarks/harness_overhead.py [--repeats 21] [--seconds 0.4] [--sizes 1M,16M,64M]
+    python benchmarks/harness_overhead.py [--repeats 21] [--seconds 0.4] [--sizes 1M,16M] [--pin]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    if os.environ.get("PIN"):
+    if args.pin:
         os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
     ctx = init(Path(out), "cpu", 300.0)
     ctx.verbose = False
@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--seconds", type=float, default=0.4, help="per method and repeat")
     parser.add_argument("--min-iters", type=int, default=8)
+    parser.add_argument("--pin", action="store_true", help="pin rank r to core r")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--sizes", type=parse_size_list, default=parse_size_list("1M,16M,64M"))
     args = parser.parse_args()

@@ -13,7 +13,13 @@ import click
 
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
 from gpuprof.launch import LAUNCHERS
-from gpuprof.options import collectives_options, collectives_params, pop_collectives, stack
+from gpuprof.options import (
+    all_probe_options,
+    pop_probe_options,
+    probe_options,
+    stack,
+    suite_params,
+)
 from gpuprof.plan import DEVICES, PROBES, SUITES
 
 OUT_HELP = "folder that holds the runs"
@@ -86,7 +92,7 @@ def _plan(
     timeout: float,
 ) -> Any:
     from gpuprof.launch import plan_device
-    from gpuprof.plan import SweepPlan, suite_collectives
+    from gpuprof.plan import SweepPlan
 
     if gpus is not None and gpus < 1:
         raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
@@ -97,15 +103,14 @@ def _plan(
         raise UsageError(
             f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
         )
-    params = collectives_params(suite_collectives(suite, resolved), coll_opts)
     return SweepPlan(
         num_nodes=nodes,
         gpus_per_node=gpus,
         device=resolved,
         suite=suite,
         probes=probes,
-        collectives=params,
         case_timeout_s=timeout,
+        **suite_params(suite, resolved, coll_opts),
     )
 
 
@@ -194,13 +199,9 @@ def _finish(
             f"{result.run_dir}; node 0 holds the run"
         )
     elif print_table and result.run_dir is not None:
-        from gpuprof.analysis.bandwidth import summarize_collectives
-        from gpuprof.reports.text import format_table
-        from gpuprof.store import Run
+        from gpuprof.launch import print_tables
 
-        run = Run(result.run_dir)
-        if "collectives" in run.tables():
-            click.echo(format_table(summarize_collectives(run.table("collectives"))))
+        print_tables(result.run_dir)
     if result.home:
         click.echo(str(result.report or result.run_dir))
     if result.status != "complete":
@@ -220,13 +221,13 @@ def _finish(
 @_launch_options
 @click.option("--probes", default=",".join(PROBES), show_default=True, help="probes to run")
 @click.option("--tag", default="sweep", show_default=True, help="name part of the run folder")
-@collectives_options
+@all_probe_options
 def sweep(probes: str, tag: str, **kwargs: Any) -> None:
     """Run every probe across all ranks and write a run folder and an HTML report.
 
     Example: gpuprof sweep --nodes 1 --gpus 2 --suite quick
     """
-    coll = pop_collectives(kwargs)
+    coll = pop_probe_options(kwargs)
     names = tuple(p.strip() for p in probes.split(",") if p.strip())
     _sweep(names, tag, coll, **kwargs)
 
@@ -236,17 +237,33 @@ def run() -> None:
     """Run one probe, like one nccl-tests binary, and print its table."""
 
 
-@run.command("collectives")
-@_launch_options
-@click.option("--tag", default="collectives", show_default=True)
-@collectives_options
-def run_collectives(tag: str, **kwargs: Any) -> None:
-    """Collectives with nccl-tests semantics.
+def _run_probe_command(probe: str, doc: str) -> None:
+    """`gpuprof run PROBE`: the sweep machinery for one probe, printing its table."""
 
-    Example: gpuprof run collectives --gpus 2 -o all_reduce -b 1K -e 64M -f 4
-    """
-    coll = pop_collectives(kwargs)
-    _sweep(("collectives",), tag, coll, print_table=True, **kwargs)
+    @run.command(probe, help=doc)
+    @_launch_options
+    @click.option("--tag", default=probe, show_default=True)
+    @probe_options(probe)
+    def command(tag: str, **kwargs: Any) -> None:
+        opts = pop_probe_options(kwargs)
+        _sweep((probe,), tag, opts, print_table=True, **kwargs)
+
+
+_run_probe_command(
+    "collectives",
+    "Collectives with nccl-tests semantics.\n\n"
+    "Example: gpuprof run collectives --gpus 2 -o all_reduce -b 1K -e 64M -f 4",
+)
+_run_probe_command(
+    "memory",
+    "Copy bandwidth of each device alone: H2D/D2H pinned and pageable, D2D; host copy on CPU."
+    "\n\nExample: gpuprof run memory --gpus 8 --copy-bytes 1G",
+)
+_run_probe_command(
+    "compute",
+    "Matmul throughput of each device alone per dtype (TFLOP/s, % of peak)."
+    "\n\nExample: gpuprof run compute --gpus 8 --matmul-n 8192 --matmul-dtypes bfloat16,float8",
+)
 
 
 @cli.command()
@@ -265,20 +282,20 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
 
     Example: gpuprof show latest --table collectives --format json
     """
-    from gpuprof.analysis.bandwidth import summarize_collectives
+    from gpuprof.analysis.summary import SUMMARIZED, summarize
     from gpuprof.reports.text import format_table
     from gpuprof.store import open_run
 
     run_obj = open_run(run_spec, out)
-    if table != "collectives":
-        raise UsageError(f"no summary for table {table!r}", "tables: collectives")
-    summary = summarize_collectives(run_obj.table(table))
+    if table not in SUMMARIZED:
+        raise UsageError(f"no summary for table {table!r}", f"tables: {', '.join(SUMMARIZED)}")
+    summary = summarize(table, run_obj.table(table), run_obj.info)
     if fmt == "json":
         click.echo(summary.to_json(orient="records", indent=1))
     elif fmt == "csv":
         click.echo(summary.to_csv(index=False), nl=False)
     else:
-        click.echo(format_table(summary))
+        click.echo(format_table(summary, table))
 
 
 @cli.command()

@@ -501,13 +501,20 @@ def finish_run(
         finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         tables=sorted(tables),
     )
-    if print_table and "collectives" in tables:
-        from gpuprof.analysis.bandwidth import summarize_collectives
-        from gpuprof.reports.text import format_table
-        from gpuprof.store import Run
-
-        print(format_table(summarize_collectives(Run(run_dir).table("collectives"))))
+    if print_table:
+        print_tables(run_dir)
     return info
+
+
+def print_tables(run_dir: Path) -> None:
+    """Print the summary of every table of a run (what `gpuprof run` shows)."""
+    from gpuprof.analysis.summary import SUMMARIZED, summarize
+    from gpuprof.reports.text import format_table
+    from gpuprof.store import Run
+
+    run = Run(run_dir)
+    for table in (t for t in SUMMARIZED if t in run.tables()):
+        print(format_table(summarize(table, run.table(table), run.info), table))
 
 
 def plan_device(request: str) -> tuple[str, int]:

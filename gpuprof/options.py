@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from gpuprof.errors import UsageError
-from gpuprof.plan import OPS, CollectivesParams
+from gpuprof.plan import COMPUTE_DTYPES, MEMORY_KINDS, OPS, CeilingParams, CollectivesParams
 from gpuprof.units import parse_size, parse_size_list, size_range
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,10 +41,6 @@ def collectives_options(func: F) -> F:
             help="in-place, out-of-place or both where the op offers both",
         ),
         click.option("--scopes", help="scopes: intra,global"),
-        click.option("--warmup", "-w", "warmup_iters", type=int, help="warmup iterations"),
-        click.option("--min-iters", type=int, help="fewest timed iterations per case"),
-        click.option("--max-iters", type=int, help="most timed iterations per case"),
-        click.option("--budget-ms", type=float, help="time budget per case (iterations adapt)"),
         click.option("--check/--no-check", default=None, help="count wrong elements (default on)"),
     )(func)
 
@@ -109,3 +105,90 @@ COLLECTIVE_KEYS = (
 def pop_collectives(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Remove the collectives options from a command's kwargs."""
     return {key: kwargs.pop(key) for key in COLLECTIVE_KEYS}
+
+
+def iteration_options(func: F) -> F:
+    """How long each case may run (shared by every probe)."""
+    return stack(
+        click.option("--warmup", "-w", "warmup_iters", type=int, help="warmup iterations"),
+        click.option("--min-iters", type=int, help="fewest timed iterations per case"),
+        click.option("--max-iters", type=int, help="most timed iterations per case"),
+        click.option("--budget-ms", type=float, help="time budget per case (iterations adapt)"),
+    )(func)
+
+
+def ceiling_options(func: F) -> F:
+    """Options of the memory and compute probes."""
+    return stack(
+        click.option("--copy-bytes", help="memory: bytes per copy, e.g. 1G"),
+        click.option("--matmul-n", type=int, help="compute: matrix size n (n x n x n)"),
+        click.option("--kinds", help=f"memory copy kinds: {','.join(MEMORY_KINDS)}"),
+        click.option(
+            "--matmul-dtypes", "matmul_dtypes", help=f"compute dtypes: {','.join(COMPUTE_DTYPES)}"
+        ),
+    )(func)
+
+
+CEILING_KEYS = (
+    "copy_bytes",
+    "matmul_n",
+    "kinds",
+    "matmul_dtypes",
+    "warmup_iters",
+    "min_iters",
+    "max_iters",
+    "budget_ms",
+)
+
+
+def ceiling_params(base: CeilingParams, opts: dict[str, Any], probe: str) -> CeilingParams:
+    """A suite's memory or compute parameters overridden by the options given."""
+    changes: dict[str, Any] = {}
+    if opts.get("copy_bytes") and probe == "memory":
+        changes["size_bytes"] = parse_size(opts["copy_bytes"])
+    if opts.get("matmul_n") is not None and probe == "compute":
+        changes["n"] = opts["matmul_n"]
+    if opts.get("kinds"):
+        changes["kinds"] = _csv(opts["kinds"])
+    if opts.get("matmul_dtypes"):
+        changes["dtypes"] = _csv(opts["matmul_dtypes"])
+    for key in ("warmup_iters", "min_iters", "max_iters"):
+        if opts.get(key) is not None:
+            changes[key] = opts[key]
+    if opts.get("budget_ms") is not None:
+        changes["budget_s"] = opts["budget_ms"] / 1e3
+    return replace(base, **changes)
+
+
+def pop_ceilings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the memory/compute options from a command's kwargs."""
+    return {key: kwargs.pop(key) for key in CEILING_KEYS if key in kwargs}
+
+
+def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """Every probe's parameters for a suite and device, with the user's options applied."""
+    from gpuprof.plan import suite_collectives, suite_compute, suite_memory
+
+    coll = {k: opts.get(k) for k in COLLECTIVE_KEYS}
+    ceil = {k: opts.get(k) for k in CEILING_KEYS}
+    return {
+        "collectives": collectives_params(suite_collectives(suite, device), coll),
+        "memory": ceiling_params(suite_memory(suite, device), ceil, "memory"),
+        "compute": ceiling_params(suite_compute(suite, device), ceil, "compute"),
+    }
+
+
+def probe_options(probe: str) -> Callable[[F], F]:
+    """The options of one probe, iteration options included."""
+    own = collectives_options if probe == "collectives" else ceiling_options
+    return stack(own, iteration_options)
+
+
+def all_probe_options(func: F) -> F:
+    """Every probe's options (for `gpuprof sweep`)."""
+    return stack(collectives_options, ceiling_options, iteration_options)(func)
+
+
+def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove every probe option from a command's kwargs."""
+    return {key: kwargs.pop(key) for key in (*COLLECTIVE_KEYS, *CEILING_KEYS) if key in kwargs}

@@ -27,7 +27,11 @@ MODES = ("out_of_place", "in_place")
 SCOPES = ("intra", "inter", "rails", "global")
 SUITES = ("quick", "standard", "full")
 DEVICES = ("auto", "cuda", "cpu")
-PROBES = ("collectives",)
+PROBES = ("collectives", "memory", "compute")
+MEMORY_KINDS_CUDA = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
+MEMORY_KINDS_CPU = ("host_copy",)
+MEMORY_KINDS = (*MEMORY_KINDS_CUDA, *MEMORY_KINDS_CPU)
+COMPUTE_DTYPES = ("float32", "tf32", "bfloat16", "float16", "float8")
 
 
 def _check_choices(kind: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
@@ -83,6 +87,70 @@ class CollectivesParams:
         return cls(**fields)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CeilingParams:
+    """Memory copies (`kinds`, `size_bytes`) or matmuls (`dtypes`, `n` = M = N = K): one
+    device at a time, each alone (no contention), like nvbandwidth's defaults."""
+
+    kinds: tuple[str, ...] = MEMORY_KINDS_CPU
+    dtypes: tuple[str, ...] = ("float32",)
+    size_bytes: int = 64 << 20
+    n: int = 1024
+    warmup_iters: int = 3
+    min_iters: int = 5
+    max_iters: int = 200
+    budget_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        _check_choices("copy kind", self.kinds, MEMORY_KINDS)
+        _check_choices("matmul dtype", self.dtypes, COMPUTE_DTYPES)
+        if self.size_bytes <= 0 or self.n <= 0:
+            raise UsageError("--size must be positive")
+        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CeilingParams:
+        """Inverse of to_dict."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
+
+
+def suite_memory(suite: str, device: str) -> CeilingParams:
+    """Copy sizes that reach the ceiling: 256 MiB-1 GiB on GPU, 64-256 MiB on CPU."""
+    gpu = device == "cuda"
+    size = (
+        {"quick": 256 << 20, "standard": 1 << 30, "full": 1 << 30}[suite]
+        if gpu
+        else {"quick": 64 << 20, "standard": 256 << 20, "full": 256 << 20}[suite]
+    )
+    kinds = MEMORY_KINDS_CUDA if gpu else MEMORY_KINDS_CPU
+    return CeilingParams(kinds=kinds, size_bytes=size, budget_s=0.2 if suite == "quick" else 1.0)
+
+
+def suite_compute(suite: str, device: str) -> CeilingParams:
+    """Matmul sizes that fill the device: 8192^3 on GPU (REFERENCE.md), 1024-2048 on CPU."""
+    gpu = device == "cuda"
+    n = 8192 if gpu else {"quick": 1024, "standard": 2048, "full": 2048}[suite]
+    # CPUs without bf16 matrix units emulate it ~100x slower than float32: float32 only there
+    dtypes = COMPUTE_DTYPES if gpu else ("float32",)
+    return CeilingParams(dtypes=dtypes, n=n, budget_s=0.3 if suite == "quick" else 1.0)
+
+
+def device_scopes(world_size: int) -> list[GroupSpec]:
+    """One single-rank group per rank, measured one after another (each device alone)."""
+    return [
+        GroupSpec(scope="device", world_size=1, num_nodes=1, members=((r,),), names=(f"rank{r}",))
+        for r in range(world_size)
+    ]
+
+
 def suite_collectives(suite: str, device: str) -> CollectivesParams:
     """The collectives parameters of a suite; GPUs get larger sizes than CPU/gloo."""
     _check_choices("suite", (suite,), SUITES)
@@ -111,6 +179,8 @@ class SweepPlan:
     suite: str = "quick"
     probes: tuple[str, ...] = PROBES
     collectives: CollectivesParams = field(default_factory=CollectivesParams)
+    memory: CeilingParams = field(default_factory=CeilingParams)
+    compute: CeilingParams = field(default_factory=CeilingParams)
     case_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -141,6 +211,9 @@ class SweepPlan:
         fields = dict(data)
         fields["probes"] = tuple(fields["probes"])
         fields["collectives"] = CollectivesParams.from_dict(fields["collectives"])
+        for probe in ("memory", "compute"):
+            if probe in fields:
+                fields[probe] = CeilingParams.from_dict(fields[probe])
         return cls(**fields)
 
     def with_device(self, device: str) -> SweepPlan:

@@ -5,4 +5,8 @@ A new probe = one module with `run(ctx, params, num_nodes, gpus_per_node)` + one
 
 from __future__ import annotations
 
-PROBE_MODULES = {"collectives": "gpuprof.probes.collectives"}
+PROBE_MODULES = {
+    "collectives": "gpuprof.probes.collectives",
+    "memory": "gpuprof.probes.memory",
+    "compute": "gpuprof.probes.compute",
+}

@@ -17,8 +17,8 @@ import torch.distributed as dist
 
 from gpuprof import env as gpuenv
 from gpuprof.errors import GpuprofError
-from gpuprof.options import collectives_options, collectives_params, pop_collectives
-from gpuprof.plan import SweepPlan, suite_collectives
+from gpuprof.options import pop_probe_options, probe_options, suite_params
+from gpuprof.plan import SweepPlan
 from gpuprof.probes import PROBE_MODULES
 from gpuprof.probes._harness import Context, attach_shard, init, rank_info, resolve_device
 from gpuprof.records import RANKS_DIR
@@ -207,7 +207,6 @@ def _standalone(
 ) -> None:
     world, local = gpuenv.torchrun_sizes()
     resolved = resolve_device(device)
-    params = collectives_params(suite_collectives(suite, resolved), opts)
     plan = SweepPlan(
         num_nodes=max(1, world // local),
         gpus_per_node=local,
@@ -215,7 +214,7 @@ def _standalone(
         suite=suite,
         probes=(probe,),
         case_timeout_s=timeout,
-        **{probe: params},
+        **suite_params(suite, resolved, opts),
     )
     run_inline(plan, Path(out), tag, sys.argv, print_table=True)
 
@@ -224,14 +223,14 @@ def standalone_main(probe: str, argv: list[str] | None = None) -> None:
     """`torchrun ... -m gpuprof.probes.<probe>`: measure one probe and print its table."""
 
     @click.command(name=f"gpuprof.probes.{probe}")
-    @collectives_options
+    @probe_options(probe)
     @click.option("--out", default=str(DEFAULT_OUT), show_default=True)
     @click.option("--tag", default=probe, show_default=True)
     @click.option("--device", default="auto", type=click.Choice(["auto", "cuda", "cpu"]))
     @click.option("--suite", default="quick", type=click.Choice(["quick", "standard", "full"]))
     @click.option("--timeout", default=300.0, show_default=True, help="seconds per case")
     def command(**kwargs: Any) -> None:
-        opts = pop_collectives(kwargs)
+        opts = pop_probe_options(kwargs)
         try:
             _standalone(probe, opts=opts, **kwargs)
         except GpuprofError as exc:

@@ -10,6 +10,7 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from gpuprof.analysis.bandwidth import summarize_collectives
+from gpuprof.analysis.summary import summarize
 from gpuprof.plan import OPS
 from gpuprof.reports.figures import busbw_figure
 from gpuprof.reports.text import table_cells
@@ -74,10 +75,14 @@ def _meta(info: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _verdict(info: dict[str, Any], summary: pd.DataFrame) -> tuple[str, bool]:
+def _verdict(info: dict[str, Any], summary: pd.DataFrame, tables: list[str]) -> tuple[str, bool]:
     where = f"{info.get('world_size')} rank(s), {info.get('device')}/{info.get('backend')}"
+    status = info.get("status")
     if summary.empty:
-        return f"No collective was measured ({info.get('status')}).", True
+        others = [t for t in tables if t != "collectives"]
+        if others and status == "complete":
+            return f"Measured {', '.join(others)} on {where}; see the ceilings below.", False
+        return f"No collective was measured (run {status}).", True
     wrong = summary[summary["nwrong"].fillna(0) > 0]
     unchecked = int(summary["nwrong"].isna().sum())
     best = summary.iloc[int(summary["busbw_gbps"].to_numpy().argmax())]
@@ -86,7 +91,6 @@ def _verdict(info: dict[str, Any], summary: pd.DataFrame) -> tuple[str, bool]:
     if len(wrong):
         return (f"{len(wrong)} of {len(summary)} cases returned wrong results on {where}: "
                 "do not trust this fabric until that is explained. " + peak), True
-    status = info.get("status")
     if status != "complete":
         return (f"Run {status}: {len(summary)} cases measured on {where} before it stopped; "
                 "every result checked was correct. " + peak), True
@@ -119,14 +123,20 @@ def render_report(run: Run) -> str:
         import json
 
         plan = json.loads(plan_path.read_text("utf-8"))
-    verdict, bad = _verdict(info, summary)
+    verdict, bad = _verdict(info, summary, run.tables())
     header, rows = table_cells(summary)
+    ceilings = []
+    for table, title in (("memory", "Memory copy ceilings"), ("compute", "Matmul ceilings")):
+        if table in run.tables():
+            cells = table_cells(summarize(table, run.table(table), info), table)
+            ceilings.append({"title": title, "header": cells[0], "rows": cells[1]})
     return _ENV.get_template("report.html.j2").render(
         run_id=info.get("run_id", run.path.name), created=info.get("created_utc", ""),
         world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
         device=info.get("device"), backend=info.get("backend"), status=run.status,
         verdict=verdict, bad=bad, failures=info.get("failures", []), findings=[],
         meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),
+        ceilings=ceilings,
         table_header=header, table_rows=rows, skipped=info.get("skipped", []),
         version=info.get("gpuprof_version"), argv=" ".join(info.get("argv", [])),
         plotly_js=get_plotlyjs(),

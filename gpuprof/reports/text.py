@@ -6,47 +6,57 @@ import pandas as pd
 
 from gpuprof.units import format_size
 
-_COLUMNS = [
-    ("scope", "scope", "{}"),
-    ("world_size", "n", "{}"),
-    ("group", "group", "{}"),
-    ("op", "op", "{}"),
-    ("size_bytes", "size", None),
-    ("dtype", "type", "{}"),
-    ("redop", "redop", "{}"),
-    ("in_place", "place", None),
-    ("time_us", "time_us", "{:.1f}"),
-    ("time_us_p99", "p99_us", "{:.1f}"),
-    ("algbw_gbps", "algbw_GB/s", "{:.3f}"),
-    ("busbw_gbps", "busbw_GB/s", "{:.3f}"),
-    ("nwrong", "#wrong", "{}"),
-]
+# (column, title) per summary; cells are formatted by the column's unit suffix.
+COLUMNS = {
+    "collectives": [
+        ("scope", "scope"), ("world_size", "n"), ("group", "group"), ("op", "op"),
+        ("size_bytes", "size"), ("dtype", "type"), ("redop", "redop"), ("in_place", "place"),
+        ("time_us", "time_us"), ("time_us_p99", "p99_us"), ("algbw_gbps", "algbw_GB/s"),
+        ("busbw_gbps", "busbw_GB/s"), ("nwrong", "#wrong"),
+    ],
+    "memory": [
+        ("rank", "rank"), ("host", "host"), ("kind", "kind"), ("size_bytes", "size"),
+        ("time_us", "time_us"), ("bandwidth_gbps", "GB/s"), ("pct_of_peak", "%peak"),
+        ("nwrong", "#wrong"),
+    ],
+    "compute": [
+        ("rank", "rank"), ("host", "host"), ("dtype", "type"), ("n", "n"),
+        ("time_us", "time_us"), ("tflops", "TFLOP/s"), ("pct_of_peak", "%peak"),
+    ],
+}
 
 
-def _cell(column: str, fmt: str | None, value: object) -> str:
-    if column == "size_bytes":
-        return format_size(float(value))  # type: ignore[arg-type]
+def _cell(column: str, value: object) -> str:
+    if value is None or value is pd.NA or value != value:  # missing: not measured or unknown
+        return "-"
     if column == "in_place":
         return "in" if value else "out"
-    if value is None or value is pd.NA or value != value:  # missing: not measured
-        return "-"
-    assert fmt is not None
-    return fmt.format(value)
+    if column.endswith("_bytes"):
+        return format_size(float(value))  # type: ignore[arg-type]
+    if column.endswith("_gbps"):
+        return f"{float(value):.3f}"  # type: ignore[arg-type]
+    if column.endswith(("_us", "_p99")) or column in ("pct_of_peak",):
+        return f"{float(value):.1f}"  # type: ignore[arg-type]
+    if column == "tflops":
+        return f"{float(value):.4g}"  # type: ignore[arg-type]
+    return str(value)
 
 
-def table_cells(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted cells of a collectives summary (shared by terminal and HTML)."""
-    present = [c for c in _COLUMNS if c[0] in summary.columns]
-    header = [title for _, title, _ in present]
-    rows = [[_cell(col, fmt, record[col]) for col, _, fmt in present]
+def table_cells(summary: pd.DataFrame, table: str = "collectives"
+                ) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of a summary (shared by terminal and HTML)."""
+    present = [c for c in COLUMNS[table] if c[0] in summary.columns]
+    header = [title for _, title in present]
+    rows = [[_cell(col, record[col]) for col, _ in present]
             for record in summary.to_dict("records")]
     return header, rows
 
 
-def format_table(summary: pd.DataFrame) -> str:
-    """A fixed-width table of a collectives summary, one row per case and group."""
-    header, rows = table_cells(summary)
+def format_table(summary: pd.DataFrame, table: str = "collectives") -> str:
+    """A fixed-width table of a summary."""
+    header, rows = table_cells(summary, table)
     rows = [header, *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+             for row in rows]
     return "\n".join(lines)

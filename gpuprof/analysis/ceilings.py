@@ -1,0 +1,79 @@
+"""Device ceilings: memory copy bandwidth and matmul throughput per rank, with % of peak.
+
+Each case ran on one device alone; its time is the median over iterations. Bandwidth counts
+the bytes the case says it moved (`bytes_moved`: one direction for host<->device copies, read
+plus written for device and host copies); TFLOP/s counts 2 n^3 per matmul.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from gpuprof.analysis import require_columns
+from gpuprof.hardware import gpu_peaks, pcie_x16_gbps, pct_of_peak
+
+_KEYS = ["rank", "host", "group"]
+
+
+def _per_case(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    times = frame.groupby(keys, sort=True)["time_us"]
+    return pd.DataFrame(
+        {
+            "time_us": times.median(),
+            "time_us_p99": times.quantile(0.99),
+            "num_iterations": times.size(),
+        }
+    ).reset_index()
+
+
+def _memory_peak(kind: str, gpu: str | None) -> float | None:
+    peaks = gpu_peaks(gpu)
+    if peaks is None:
+        return None
+    return peaks.memory_gbps if kind == "d2d" else pcie_x16_gbps(peaks.pcie_gen)
+
+
+def summarize_memory(
+    frame: pd.DataFrame, gpu_names: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """One row per rank and copy kind: bandwidth (GB/s) and % of the datasheet peak."""
+    require_columns(
+        frame, [*_KEYS, "kind", "size_bytes", "bytes_moved", "time_us", "nwrong"], "memory"
+    )
+    keys = [*_KEYS, "kind", "size_bytes", "bytes_moved"]
+    summary = _per_case(frame, keys)
+    summary["nwrong"] = frame.groupby(keys, sort=True)["nwrong"].first().to_numpy()
+    summary["bandwidth_gbps"] = summary["bytes_moved"] / summary["time_us"] / 1e3
+    names = gpu_names or {}
+    summary["pct_of_peak"] = [
+        pct_of_peak(bw, _memory_peak(kind, names.get(rank)))
+        for bw, kind, rank in zip(
+            summary["bandwidth_gbps"], summary["kind"], summary["rank"], strict=True
+        )
+    ]
+    return summary
+
+
+def summarize_compute(
+    frame: pd.DataFrame, gpu_names: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """One row per rank and dtype: matmul TFLOP/s and % of the datasheet dense peak."""
+    require_columns(frame, [*_KEYS, "dtype", "n", "flop", "time_us"], "compute")
+    keys = [*_KEYS, "dtype", "n", "flop"]
+    summary = _per_case(frame, keys)
+    summary["tflops"] = summary["flop"] / summary["time_us"] / 1e6
+    names = gpu_names or {}
+
+    def peak(dtype: str, rank: int) -> float | None:
+        peaks = gpu_peaks(names.get(rank))
+        return peaks.tflops.get(dtype) if peaks else None
+
+    summary["pct_of_peak"] = [
+        pct_of_peak(tf, peak(dtype, rank))
+        for tf, dtype, rank in zip(
+            summary["tflops"], summary["dtype"], summary["rank"], strict=True
+        )
+    ]
+    return summary

@@ -1,0 +1,101 @@
+"""Matrix-multiply throughput of each device per dtype, one device at a time.
+
+FLOP = 2 n^3 for an n x n by n x n product (the usual count, nanoGPT's estimate_mfu cites the
+same). tf32 is float32 inputs with TF32 tensor cores allowed; float8 uses torch._scaled_mm where
+the device supports it (compute capability 8.9+), else the case is skipped with the reason.
+Inputs are random normal numbers (zeros would let some hardware idle).
+
+    torchrun --nproc-per-node 8 -m gpuprof.probes.compute --matmul-n 8192
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gpuprof.plan import CeilingParams, device_scopes
+from gpuprof.probes._harness import (
+    Budget,
+    Case,
+    Context,
+    Prepared,
+    Unsupported,
+    make_scopes,
+    run_cases,
+)
+
+PROBE = "compute"
+TORCH_DTYPES = {
+    "float32": torch.float32,
+    "tf32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def _matmul(ctx: Context, dtype: str, n: int) -> Callable[[], None]:
+    gen = torch.Generator(device=ctx.device).manual_seed(ctx.rank)
+    if dtype == "float8":
+        if ctx.device.type != "cuda" or torch.cuda.get_device_capability(ctx.device) < (8, 9):
+            raise Unsupported("float8 matmul needs a CUDA device of compute capability 8.9+")
+        if not hasattr(torch, "_scaled_mm"):
+            raise Unsupported("this torch has no torch._scaled_mm")
+        a = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=ctx.device)
+
+        def run_fp8() -> None:
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        return run_fp8
+    if dtype == "tf32" and ctx.device.type != "cuda":
+        raise Unsupported("tf32 is a CUDA tensor-core mode")
+    a = torch.randn(n, n, device=ctx.device, generator=gen, dtype=TORCH_DTYPES[dtype])
+    b = torch.randn(n, n, device=ctx.device, generator=gen, dtype=TORCH_DTYPES[dtype])
+    out = torch.empty_like(a)
+    allow = dtype == "tf32"
+
+    def run() -> None:
+        if ctx.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.matmul(a, b, out=out)
+
+    return run
+
+
+def _case(ctx: Context, params: CeilingParams, dtype: str) -> Case:
+    n = params.n
+
+    def build() -> Prepared:
+        return Prepared(run=_matmul(ctx, dtype, n))
+
+    return Case(
+        case_id=f"matmul.{dtype}.{n}",
+        params={"dtype": dtype, "n": n, "flop": 2 * n**3},
+        build=build,
+        describe=f"matmul {dtype} {n}^3",
+    )
+
+
+def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int) -> None:
+    """Measure matmul throughput per dtype on every rank's device, one device at a time."""
+    budget = Budget(
+        warmup_iters=params.warmup_iters,
+        min_iters=params.min_iters,
+        max_iters=params.max_iters,
+        budget_s=params.budget_s,
+    )
+    scopes = make_scopes(ctx, device_scopes(ctx.world_size))
+    run_cases(ctx, PROBE, scopes, lambda s: [_case(ctx, params, d) for d in params.dtypes], budget)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`torchrun ... -m gpuprof.probes.compute [options]`."""
+    from gpuprof.probes.sweep import standalone_main
+
+    standalone_main(PROBE, argv)
+
+
+if __name__ == "__main__":
+    main()

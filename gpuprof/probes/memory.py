@@ -1,0 +1,85 @@
+"""Memory copy ceilings of each device, one device at a time (nvbandwidth-style).
+
+GPU: host-to-device and device-to-host from pinned and pageable host memory (bytes moved =
+the buffer, one direction over PCIe), and a device-to-device copy (bytes moved = bytes read
+plus bytes written, the convention of memory-bandwidth datasheets). CPU: a host memory copy,
+also counted as read plus written. Every copy is checked byte for byte once (`nwrong`).
+
+    torchrun --nproc-per-node 8 -m gpuprof.probes.memory --copy-bytes 1G
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpuprof.plan import CeilingParams, device_scopes
+from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
+from gpuprof.units import format_size
+
+PROBE = "memory"
+READ_PLUS_WRITE = ("d2d", "host_copy")
+
+
+def _buffers(ctx: Context, kind: str, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source, destination) for one copy kind."""
+    dev = ctx.device
+    host_pinned = kind.endswith("pinned")
+    pattern = (torch.arange(size, dtype=torch.int32) % 251).to(torch.uint8)
+    if kind.startswith("h2d"):
+        src = pattern.pin_memory() if host_pinned else pattern
+        return src, torch.empty(size, dtype=torch.uint8, device=dev)
+    if kind.startswith("d2h"):
+        dst = torch.empty(size, dtype=torch.uint8, pin_memory=host_pinned)
+        return pattern.to(dev), dst
+    return pattern.to(dev), torch.empty(size, dtype=torch.uint8, device=dev)
+
+
+def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
+    size = params.size_bytes
+
+    def build() -> Prepared:
+        src, dst = _buffers(ctx, kind, size)
+        non_blocking = kind.endswith("_pinned")
+
+        def run() -> None:
+            dst.copy_(src, non_blocking=non_blocking)
+
+        def check() -> int:
+            dst.zero_()
+            run()
+            ctx.sync()
+            return int((dst.cpu() != src.cpu()).sum().item())
+
+        return Prepared(run=run, check=check)
+
+    moved = 2 * size if kind in READ_PLUS_WRITE else size
+    return Case(
+        case_id=f"{kind}.{size}",
+        params={"kind": kind, "size_bytes": size, "bytes_moved": moved},
+        build=build,
+        describe=f"{kind} {format_size(size)}",
+    )
+
+
+def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int) -> None:
+    """Measure every copy kind on every rank's device, one device at a time."""
+    kinds = [k for k in params.kinds if (k == "host_copy") == (ctx.device.type == "cpu")]
+    budget = Budget(
+        warmup_iters=params.warmup_iters,
+        min_iters=params.min_iters,
+        max_iters=params.max_iters,
+        budget_s=params.budget_s,
+    )
+    scopes = make_scopes(ctx, device_scopes(ctx.world_size))
+    run_cases(ctx, PROBE, scopes, lambda scope: [_case(ctx, params, k) for k in kinds], budget)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`torchrun ... -m gpuprof.probes.memory [options]`."""
+    from gpuprof.probes.sweep import standalone_main
+
+    standalone_main(PROBE, argv)
+
+
+if __name__ == "__main__":
+    main()

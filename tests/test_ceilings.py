@@ -1,0 +1,110 @@
+"""Memory and compute ceilings, known peaks and % of peak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
+from gpuprof.hardware import gpu_peaks, nic_gbps, pcie_x16_gbps, pct_of_peak
+from tests.conftest import Gp
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "nvlink"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 450),
+        ("NVIDIA H100 PCIe", "H100 PCIe", None),
+        ("NVIDIA H200", "H200 SXM", 450),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB", 300),
+        ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB", None),
+        ("NVIDIA B200", "B200", 900),
+        ("NVIDIA L40S", "L40S", None),
+    ],
+)
+def test_gpu_peaks_lookup(name: str, model: str, nvlink: float | None) -> None:
+    peaks = gpu_peaks(name)
+    assert peaks is not None and peaks.model == model and peaks.nvlink_gbps == nvlink
+
+
+def test_unknown_hardware_is_missing_not_guessed() -> None:
+    assert gpu_peaks("NVIDIA GeForce GT 710") is None and gpu_peaks(None) is None
+    assert gpu_peaks("NVIDIA B200") and not gpu_peaks("NVIDIA B200").tflops  # type: ignore[union-attr]
+    assert pct_of_peak(10.0, None) is None
+    assert nic_gbps(0) is None and nic_gbps(-1) is None
+    assert nic_gbps(400_000) == 50.0 and pcie_x16_gbps(5) == 63.0 and pcie_x16_gbps(None) is None
+
+
+def _rows(**cols: object) -> pd.DataFrame:
+    base = {
+        "rank": 0,
+        "host": "h",
+        "group": "rank0",
+        "iteration": [0, 1, 2],
+        "time_us": [100.0, 200.0, 300.0],
+        "nwrong": 0,
+    }
+    return pd.DataFrame({**base, **cols})
+
+
+def test_memory_summary_and_pct_of_peak() -> None:
+    frame = _rows(kind="d2d", size_bytes=1 << 30, bytes_moved=2 << 30)
+    row = summarize_memory(frame, {0: "NVIDIA H100 80GB HBM3"}).iloc[0]
+    assert row["time_us"] == 200.0
+    assert row["bandwidth_gbps"] == pytest.approx((2 << 30) / 200e-6 / 1e9)
+    assert row["pct_of_peak"] == pytest.approx(100 * row["bandwidth_gbps"] / 3350)
+    h2d = summarize_memory(
+        _rows(kind="h2d_pinned", size_bytes=1 << 30, bytes_moved=1 << 30),
+        {0: "NVIDIA H100 80GB HBM3"},
+    ).iloc[0]
+    assert h2d["pct_of_peak"] == pytest.approx(100 * h2d["bandwidth_gbps"] / 63.0)
+    cpu = summarize_memory(_rows(kind="host_copy", size_bytes=8, bytes_moved=16)).iloc[0]
+    assert cpu["pct_of_peak"] is None or pd.isna(cpu["pct_of_peak"])
+
+
+def test_compute_summary() -> None:
+    frame = _rows(dtype="bfloat16", n=8192, flop=2 * 8192**3)
+    row = summarize_compute(frame, {0: "NVIDIA H100 80GB HBM3"}).iloc[0]
+    assert row["tflops"] == pytest.approx(2 * 8192**3 / 200e-6 / 1e12)
+    assert row["pct_of_peak"] == pytest.approx(100 * row["tflops"] / 989.4)
+
+
+def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> None:
+    result = gp(
+        "sweep",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "--probes",
+        "memory,compute",
+        "--copy-bytes",
+        "4M",
+        "--matmul-n",
+        "256",
+        "--budget-ms",
+        "20",
+        "--min-iters",
+        "3",
+        "--no-report",
+    )
+    assert result.code == 0, result.err
+    mem = gp(
+        "show", "latest", "--out", str(tmp_path), "--table", "memory", "--format", "json"
+    ).json()
+    assert [(r["rank"], r["kind"], r["nwrong"]) for r in mem] == [
+        (0, "host_copy", 0),
+        (1, "host_copy", 0),
+    ]
+    assert all(r["bandwidth_gbps"] > 0 and r["bytes_moved"] == 8 << 20 for r in mem)
+    comp = gp(
+        "show", "latest", "--out", str(tmp_path), "--table", "compute", "--format", "json"
+    ).json()
+    assert {(r["rank"], r["dtype"]) for r in comp} == {(0, "float32"), (1, "float32")}
+    assert all(r["tflops"] > 0 and r["pct_of_peak"] is None for r in comp)
+    table = gp("show", "latest", "--out", str(tmp_path), "--table", "compute").out
+    assert "TFLOP/s" in table.splitlines()[0]
