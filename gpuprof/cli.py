@@ -255,6 +255,11 @@ _run_probe_command(
     "Example: gpuprof run collectives --gpus 2 -o all_reduce -b 1K -e 64M -f 4",
 )
 _run_probe_command(
+    "p2p",
+    "Bandwidth (uni- and bidirectional) and latency of every pair of ranks, classified by link."
+    "\n\nExample: gpuprof run p2p --gpus 8 --p2p-bytes 256M",
+)
+_run_probe_command(
     "memory",
     "Copy bandwidth of each device alone: H2D/D2H pinned and pageable, D2D; host copy on CPU."
     "\n\nExample: gpuprof run memory --gpus 8 --copy-bytes 1G",

@@ -100,7 +100,12 @@ def versions() -> dict[str, str | None]:
 
 
 def _nvml() -> Any:
-    """The initialised pynvml module, or None when NVML or its driver is absent."""
+    """The initialised pynvml module, or None when NVML or its driver is absent.
+    GPUPROF_FAKE_NVML selects the fake (gpuprof.telemetry.fake) instead."""
+    if os.environ.get("GPUPROF_FAKE_NVML"):
+        from gpuprof.telemetry.fake import fake_from_env
+
+        return fake_from_env(os.environ["GPUPROF_FAKE_NVML"])
     try:
         import pynvml
 
@@ -162,9 +167,24 @@ def nics() -> list[dict[str, Any]]:
     return found
 
 
+def topology(nic_names: list[str]) -> dict[str, Any] | None:
+    """GPU-to-GPU and GPU-to-NIC topology (None without NVML)."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    from gpuprof.topology import gpu_topology
+
+    try:
+        return gpu_topology(nvml, nic_names)
+    finally:
+        nvml.nvmlShutdown()
+
+
 def node_info(node_rank: int = 0) -> dict[str, Any]:
     """This host as run.json records it under `nodes`."""
     memory = psutil.virtual_memory()
+    nic_list = nics()
+    physical = [n["name"] for n in nic_list if n["name"] != "lo"]
     return {
         "node_rank": node_rank,
         "host": socket.gethostname(),
@@ -176,7 +196,8 @@ def node_info(node_rank: int = 0) -> dict[str, Any]:
         },
         "memory_bytes": int(memory.total),
         "gpus": gpus(),
-        "nics": nics(),
+        "nics": nic_list,
+        "topology": topology(physical),
     }
 
 
@@ -252,6 +273,13 @@ def format_description(info: dict[str, Any]) -> str:
             f"nic        {nic['name']:<12} {state:<4} {rate:<14} mtu {nic['mtu']}  "
             f"{' '.join(nic['ipv4'])}"
         )
+    if node.get("topology"):
+        from gpuprof.topology import format_topology
+
+        lines += [
+            "topology",
+            *("  " + line for line in format_topology(node["topology"]).splitlines()),
+        ]
     checks = info.get("preflight", [])
     lines += [f"preflight  {p}" for p in checks] or ["preflight  ok"]
     return "\n".join(lines)

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 import click
 
 from gpuprof.errors import UsageError
-from gpuprof.plan import COMPUTE_DTYPES, MEMORY_KINDS, OPS, CeilingParams, CollectivesParams
+from gpuprof.plan import (
+    COMPUTE_DTYPES,
+    MEMORY_KINDS,
+    OPS,
+    P2P_MODES,
+    CeilingParams,
+    CollectivesParams,
+    P2PParams,
+)
 from gpuprof.units import parse_size, parse_size_list, size_range
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -165,14 +173,41 @@ def pop_ceilings(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {key: kwargs.pop(key) for key in CEILING_KEYS if key in kwargs}
 
 
+def p2p_options(func: F) -> F:
+    """Options of the p2p probe."""
+    return stack(
+        click.option("--p2p-bytes", help="p2p: bandwidth message size, e.g. 64M"),
+        click.option("--p2p-modes", help=f"p2p modes: {','.join(P2P_MODES)}"),
+    )(func)
+
+
+P2P_KEYS = ("p2p_bytes", "p2p_modes")
+
+
+def p2p_params(base: P2PParams, opts: dict[str, Any]) -> P2PParams:
+    """A suite's p2p parameters overridden by the options given."""
+    changes: dict[str, Any] = {}
+    if opts.get("p2p_bytes"):
+        changes["size_bytes"] = parse_size(opts["p2p_bytes"])
+    if opts.get("p2p_modes"):
+        changes["modes"] = _csv(opts["p2p_modes"])
+    for key in ("warmup_iters", "min_iters", "max_iters"):
+        if opts.get(key) is not None:
+            changes[key] = opts[key]
+    if opts.get("budget_ms") is not None:
+        changes["budget_s"] = opts["budget_ms"] / 1e3
+    return replace(base, **changes)
+
+
 def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Every probe's parameters for a suite and device, with the user's options applied."""
-    from gpuprof.plan import suite_collectives, suite_compute, suite_memory
+    from gpuprof.plan import suite_collectives, suite_compute, suite_memory, suite_p2p
 
     coll = {k: opts.get(k) for k in COLLECTIVE_KEYS}
     ceil = {k: opts.get(k) for k in CEILING_KEYS}
     return {
         "collectives": collectives_params(suite_collectives(suite, device), coll),
+        "p2p": p2p_params(suite_p2p(suite, device), opts),
         "memory": ceiling_params(suite_memory(suite, device), ceil, "memory"),
         "compute": ceiling_params(suite_compute(suite, device), ceil, "compute"),
     }
@@ -180,15 +215,16 @@ def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any
 
 def probe_options(probe: str) -> Callable[[F], F]:
     """The options of one probe, iteration options included."""
-    own = collectives_options if probe == "collectives" else ceiling_options
+    own = {"collectives": collectives_options, "p2p": p2p_options}.get(probe, ceiling_options)
     return stack(own, iteration_options)
 
 
 def all_probe_options(func: F) -> F:
     """Every probe's options (for `gpuprof sweep`)."""
-    return stack(collectives_options, ceiling_options, iteration_options)(func)
+    return stack(collectives_options, p2p_options, ceiling_options, iteration_options)(func)
 
 
 def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Remove every probe option from a command's kwargs."""
-    return {key: kwargs.pop(key) for key in (*COLLECTIVE_KEYS, *CEILING_KEYS) if key in kwargs}
+    keys = (*COLLECTIVE_KEYS, *P2P_KEYS, *CEILING_KEYS)
+    return {key: kwargs.pop(key) for key in keys if key in kwargs}

@@ -27,7 +27,9 @@ MODES = ("out_of_place", "in_place")
 SCOPES = ("intra", "inter", "rails", "global")
 SUITES = ("quick", "standard", "full")
 DEVICES = ("auto", "cuda", "cpu")
-PROBES = ("collectives", "memory", "compute")
+PROBES = ("collectives", "p2p", "memory", "compute")
+P2P_MODES = ("uni", "bidir", "latency")
+FULL_PAIRS_MAX_RANKS = 16  # above this, p2p measures pairs in a node plus the rails
 MEMORY_KINDS_CUDA = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
 MEMORY_KINDS_CPU = ("host_copy",)
 MEMORY_KINDS = (*MEMORY_KINDS_CUDA, *MEMORY_KINDS_CPU)
@@ -122,6 +124,88 @@ class CeilingParams:
         return cls(**fields)
 
 
+@dataclass(frozen=True, kw_only=True)
+class P2PParams:
+    """Point-to-point: bandwidth at `size_bytes` (uni- and bidirectional) and ping-pong latency
+    at `latency_bytes`, for every pair of ranks in rounds of disjoint pairs."""
+
+    modes: tuple[str, ...] = P2P_MODES
+    size_bytes: int = 4 << 20
+    latency_bytes: int = 8
+    warmup_iters: int = 3
+    min_iters: int = 5
+    max_iters: int = 1000
+    budget_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check_choices("p2p mode", self.modes, P2P_MODES)
+        if self.size_bytes <= 0 or self.latency_bytes <= 0:
+            raise UsageError("p2p sizes must be positive")
+        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> P2PParams:
+        """Inverse of to_dict."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
+
+
+def suite_p2p(suite: str, device: str) -> P2PParams:
+    """Pair bandwidth at a size past the latency-bound range: 256 MiB on GPU, 4-16 MiB on CPU."""
+    gpu = device == "cuda"
+    size = (256 << 20) if gpu else {"quick": 4 << 20, "standard": 16 << 20, "full": 16 << 20}[suite]
+    return P2PParams(size_bytes=size, budget_s=0.1 if suite == "quick" else 0.5)
+
+
+def round_robin(items: list[int]) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair once (the circle method): n-1 rounds for
+    even n, n rounds for odd n (one item rests each round)."""
+    pool: list[int | None] = list(items) + ([None] if len(items) % 2 else [])
+    rounds = []
+    for _ in range(len(pool) - 1):
+        half = len(pool) // 2
+        pairs = [(pool[i], pool[-1 - i]) for i in range(half)]
+        rounds.append(
+            sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None)
+        )
+        pool = [pool[0], pool[-1], *pool[1:-1]]
+    return rounds
+
+
+def pair_rounds(num_nodes: int, gpus_per_node: int) -> list[list[tuple[int, int]]]:
+    """The p2p schedule. Up to FULL_PAIRS_MAX_RANKS ranks: every pair, in rounds of disjoint
+    pairs. Beyond: every pair inside each node (all nodes at once), then the rails (local rank
+    r of every pair of nodes, every r at once)."""
+    world = num_nodes * gpus_per_node
+    if world <= FULL_PAIRS_MAX_RANKS:
+        return round_robin(list(range(world)))
+    rounds = []
+    for local in round_robin(list(range(gpus_per_node))):
+        rounds.append(
+            [
+                (n * gpus_per_node + a, n * gpus_per_node + b)
+                for n in range(num_nodes)
+                for a, b in local
+            ]
+        )
+    for nodes in round_robin(list(range(num_nodes))):
+        rounds.append(
+            [
+                (i * gpus_per_node + r, j * gpus_per_node + r)
+                for i, j in nodes
+                for r in range(gpus_per_node)
+            ]
+        )
+    return rounds
+
+
 def suite_memory(suite: str, device: str) -> CeilingParams:
     """Copy sizes that reach the ceiling: 256 MiB-1 GiB on GPU, 64-256 MiB on CPU."""
     gpu = device == "cuda"
@@ -179,6 +263,7 @@ class SweepPlan:
     suite: str = "quick"
     probes: tuple[str, ...] = PROBES
     collectives: CollectivesParams = field(default_factory=CollectivesParams)
+    p2p: P2PParams = field(default_factory=P2PParams)
     memory: CeilingParams = field(default_factory=CeilingParams)
     compute: CeilingParams = field(default_factory=CeilingParams)
     case_timeout_s: float = 300.0
@@ -211,6 +296,8 @@ class SweepPlan:
         fields = dict(data)
         fields["probes"] = tuple(fields["probes"])
         fields["collectives"] = CollectivesParams.from_dict(fields["collectives"])
+        if "p2p" in fields:
+            fields["p2p"] = P2PParams.from_dict(fields["p2p"])
         for probe in ("memory", "compute"):
             if probe in fields:
                 fields[probe] = CeilingParams.from_dict(fields[probe])

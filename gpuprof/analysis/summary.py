@@ -8,9 +8,10 @@ import pandas as pd
 
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
+from gpuprof.analysis.p2p import summarize_p2p
 from gpuprof.errors import UsageError
 
-SUMMARIZED = ("collectives", "memory", "compute")
+SUMMARIZED = ("collectives", "p2p", "memory", "compute")
 
 
 def gpu_names(info: dict[str, Any]) -> dict[int, str]:
@@ -22,6 +23,8 @@ def summarize(table: str, frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataF
     """The summary of `table` (one row per case and group or device)."""
     if table == "collectives":
         return summarize_collectives(frame)
+    if table == "p2p":
+        return summarize_p2p(frame, info)
     if table == "memory":
         return summarize_memory(frame, gpu_names(info))
     if table == "compute":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 PROBE_MODULES = {
     "collectives": "gpuprof.probes.collectives",
+    "p2p": "gpuprof.probes.p2p",
     "memory": "gpuprof.probes.memory",
     "compute": "gpuprof.probes.compute",
 }

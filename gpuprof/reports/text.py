@@ -14,6 +14,12 @@ COLUMNS = {
         ("time_us", "time_us"), ("time_us_p99", "p99_us"), ("algbw_gbps", "algbw_GB/s"),
         ("busbw_gbps", "busbw_GB/s"), ("nwrong", "#wrong"),
     ],
+    "p2p": [
+        ("mode", "mode"), ("rank_a", "a"), ("rank_b", "b"), ("host_a", "host_a"),
+        ("host_b", "host_b"), ("link_class", "link"), ("size_bytes", "size"),
+        ("time_us", "time_us"), ("bw_gbps", "GB/s"), ("latency_us", "lat_us"),
+        ("pct_of_class", "%class"), ("flagged", "flag"), ("nwrong", "#wrong"),
+    ],
     "memory": [
         ("rank", "rank"), ("host", "host"), ("kind", "kind"), ("size_bytes", "size"),
         ("time_us", "time_us"), ("bandwidth_gbps", "GB/s"), ("pct_of_peak", "%peak"),
@@ -31,11 +37,13 @@ def _cell(column: str, value: object) -> str:
         return "-"
     if column == "in_place":
         return "in" if value else "out"
+    if column == "flagged":
+        return "SLOW" if value else ""
     if column.endswith("_bytes"):
         return format_size(float(value))  # type: ignore[arg-type]
     if column.endswith("_gbps"):
         return f"{float(value):.3f}"  # type: ignore[arg-type]
-    if column.endswith(("_us", "_p99")) or column in ("pct_of_peak",):
+    if column.endswith(("_us", "_p99")) or column in ("pct_of_peak", "pct_of_class"):
         return f"{float(value):.1f}"  # type: ignore[arg-type]
     if column == "tflops":
         return f"{float(value):.4g}"  # type: ignore[arg-type]

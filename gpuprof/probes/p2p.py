@@ -1,0 +1,137 @@
+"""Point-to-point bandwidth and latency for every pair of ranks (nvbandwidth / p2pBandwidth-
+LatencyTest style), disjoint pairs at the same time in rounds (plan.pair_rounds).
+
+Per pair (a < b), at `size_bytes`:
+- `uni`: a sends, b receives; bandwidth = size / time;
+- `bidir`: both send and receive at once; bandwidth = size / time per direction (the number
+  to compare with a link's unidirectional rate, like busbw);
+and at `latency_bytes`:
+- `latency`: ping-pong a -> b -> a; latency = round trip / 2.
+Each iteration's time is the slower rank of the pair; received data is checked (`nwrong`).
+
+    torchrun --nproc-per-node 8 -m gpuprof.probes.p2p
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from gpuprof.plan import GroupSpec, P2PParams, pair_rounds
+from gpuprof.probes._harness import Budget, Case, Context, Prepared, Scope, make_scopes, run_cases
+from gpuprof.units import format_size
+
+PROBE = "p2p"
+
+
+def round_specs(num_nodes: int, gpus_per_node: int) -> list[GroupSpec]:
+    """One group per round: the ranks paired in it (every rank, when the count is even)."""
+    specs = []
+    for index, pairs in enumerate(pair_rounds(num_nodes, gpus_per_node)):
+        members = tuple(sorted(r for pair in pairs for r in pair))
+        nodes = len({r // gpus_per_node for r in members})
+        specs.append(
+            GroupSpec(
+                scope="pairs",
+                world_size=len(members),
+                num_nodes=nodes,
+                members=(members,),
+                names=(f"round{index}",),
+            )
+        )
+    return specs
+
+
+def _pattern(count: int, source: int, device: torch.device) -> torch.Tensor:
+    return ((torch.arange(count, dtype=torch.int32) + 7 * source) % 251).to(torch.uint8).to(device)
+
+
+def _exchange(
+    ctx: Context, mode: str, peer: int, send: torch.Tensor, recv: torch.Tensor
+) -> Callable[[], None]:
+    first = ctx.rank < peer
+
+    def uni() -> None:
+        if first:
+            dist.send(send, peer)
+        else:
+            dist.recv(recv, peer)
+
+    def bidir() -> None:
+        # receive posted first: gloo then moves both directions at once (see collectives)
+        ops = [dist.P2POp(dist.irecv, recv, peer), dist.P2POp(dist.isend, send, peer)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    def ping_pong() -> None:
+        if first:
+            dist.send(send, peer)
+            dist.recv(recv, peer)
+        else:
+            dist.recv(recv, peer)
+            dist.send(send, peer)
+
+    return {"uni": uni, "bidir": bidir, "latency": ping_pong}[mode]
+
+
+def _case(ctx: Context, mode: str, size: int, peer: int) -> Case:
+    def build() -> Prepared:
+        send = _pattern(size, ctx.rank, ctx.device)
+        recv = torch.zeros(size, dtype=torch.uint8, device=ctx.device)
+        run = _exchange(ctx, mode, peer, send, recv)
+        receives = mode != "uni" or ctx.rank > peer
+
+        def check() -> int:
+            recv.zero_()
+            run()
+            return int((recv != _pattern(size, peer, ctx.device)).sum().item()) if receives else 0
+
+        return Prepared(run=run, check=check)
+
+    low, high = sorted((ctx.rank, peer))
+    return Case(
+        case_id=f"{mode}.{size}",
+        params={"mode": mode, "size_bytes": size, "peer": peer, "rank_a": low, "rank_b": high},
+        build=build,
+        describe=f"{mode} {format_size(size)} (rank 0 with rank {peer})",
+    )
+
+
+def cases(ctx: Context, scope: Scope, params: P2PParams, peers: dict[str, int]) -> list[Case]:
+    """This rank's cases in one round: every mode with its partner of that round."""
+    peer = peers[scope.name]
+    return [
+        _case(ctx, mode, params.latency_bytes if mode == "latency" else params.size_bytes, peer)
+        for mode in params.modes
+    ]
+
+
+def run(ctx: Context, params: P2PParams, num_nodes: int, gpus_per_node: int) -> None:
+    """Measure every round of pairs."""
+    specs = round_specs(num_nodes, gpus_per_node)
+    peers = {}
+    for index, pairs in enumerate(pair_rounds(num_nodes, gpus_per_node)):
+        for a, b in pairs:
+            if ctx.rank in (a, b):
+                peers[f"round{index}"] = b if ctx.rank == a else a
+    budget = Budget(
+        warmup_iters=params.warmup_iters,
+        min_iters=params.min_iters,
+        max_iters=params.max_iters,
+        budget_s=params.budget_s,
+    )
+    scopes = make_scopes(ctx, specs)
+    run_cases(ctx, PROBE, scopes, lambda scope: cases(ctx, scope, params, peers), budget)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`torchrun ... -m gpuprof.probes.p2p [options]`."""
+    from gpuprof.probes.sweep import standalone_main
+
+    standalone_main(PROBE, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Hardware counters: NVML (real or fake) and host."""
