@@ -54,8 +54,8 @@ def test_missing_run(tmp_path: Path, gp: Gp, command: str) -> None:
 
 
 def test_show_unknown_table(two_rank_run: Path, gp: Gp) -> None:
-    result = gp("show", str(two_rank_run), "--table", "p2p")
-    assert result.code == 2 and "no summary for table 'p2p'" in result.err
+    result = gp("show", str(two_rank_run), "--table", "telemetry")
+    assert result.code == 2 and "no summary for table 'telemetry'" in result.err
 
 
 def test_cuda_without_gpu(tmp_path: Path, gp: Gp) -> None:
