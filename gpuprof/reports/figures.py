@@ -50,3 +50,33 @@ def busbw_figure(summary: pd.DataFrame, op: str, dtype: str) -> go.Figure:
         template="plotly_white",
     )
     return fig
+
+
+def pair_heatmap(summary: pd.DataFrame, mode: str) -> go.Figure:
+    """Rank x rank matrix of one p2p mode (bandwidth, or latency), flagged pairs marked."""
+    rows = summary[summary["mode"] == mode]
+    ranks = sorted(set(rows["rank_a"]) | set(rows["rank_b"]))
+    index = {rank: i for i, rank in enumerate(ranks)}
+    latency = mode == "latency"
+    column = "latency_us" if latency else "bw_gbps"
+    z: list[list[float | None]] = [[None] * len(ranks) for _ in ranks]
+    text = [[""] * len(ranks) for _ in ranks]
+    for rec in rows.to_dict("records"):
+        value = float(rec[column])
+        mark = " SLOW" if rec["flagged"] else ""
+        label = f"{value:.1f} us" if latency else f"{value:.3g} GB/s{mark}"
+        for i, j in ((index[rec["rank_a"]], index[rec["rank_b"]]),
+                     (index[rec["rank_b"]], index[rec["rank_a"]])):
+            z[i][j], text[i][j] = value, f"{label} ({rec['link_class']})"
+    names = [f"rank {r}" for r in ranks]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=names, y=names, text=text, texttemplate="%{text}", hoverinfo="text",
+        colorscale="Viridis_r" if latency else "Viridis",
+        colorbar={"title": "us" if latency else "GB/s"},
+    ))
+    title = {"uni": "one direction", "bidir": "both directions at once, per direction",
+             "latency": "ping-pong latency (round trip / 2)"}.get(mode, mode)
+    fig.update_layout(title=f"p2p {mode}: {title}", height=120 + 45 * len(ranks),
+                      yaxis={"autorange": "reversed"}, template="plotly_white",
+                      margin={"l": 70, "r": 20, "t": 50, "b": 40})
+    return fig

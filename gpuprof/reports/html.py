@@ -12,7 +12,7 @@ from plotly.offline import get_plotlyjs
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.summary import summarize
 from gpuprof.plan import OPS
-from gpuprof.reports.figures import busbw_figure
+from gpuprof.reports.figures import busbw_figure, pair_heatmap
 from gpuprof.reports.text import table_cells
 from gpuprof.store import Run
 from gpuprof.units import format_size
@@ -50,7 +50,15 @@ def method_lines(info: dict[str, Any], plan: dict[str, Any] | None) -> list[str]
         "torch.distributed offers all_reduce, broadcast and reduce only in place, and "
         "all_to_all and send/recv only out of place; those ops are measured in that one mode.",
         "Scopes, all measured inside one launch with sub-groups: intra = ranks of one node "
-        "(sizes 2, 4, ...; every node at once), global = every rank.",
+        "(sizes 2, 4, ...; every node at once), inter = one rank per node, rails = local rank r "
+        "of every node (every r at once), global = every rank.",
+        "p2p: every pair of ranks, disjoint pairs at once in rounds; uni = one direction, bidir "
+        "= both at once (rate per direction), latency = ping-pong round trip / 2; a pair's time "
+        "is its slower rank's.",
+        "memory and compute: each device alone, one after another; memory GB/s counts bytes "
+        "moved (host<->device one direction, device and host copies read plus written); "
+        "matmul counts 2n^3 FLOP; % of peak uses datasheet figures (gpuprof/hardware.py), "
+        "blank where the hardware is unknown.",
     ]
 
 
@@ -112,6 +120,29 @@ def _figures(summary: pd.DataFrame) -> list[str]:
     return html
 
 
+def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Heatmaps per p2p mode, and one finding per flagged (slow) pair."""
+    if "p2p" not in run.tables():
+        return [], []
+    summary = summarize("p2p", run.table("p2p"), info)
+    figures = [
+        pair_heatmap(summary, mode).to_html(
+            full_html=False, include_plotlyjs=False,
+            config={"displaylogo": False, "responsive": True},
+        )
+        for mode in ("uni", "bidir", "latency")
+        if (summary["mode"] == mode).any()
+    ]
+    findings = [
+        f"Pair {r['rank_a']}-{r['rank_b']} ({r['host_a']} to {r['host_b']}, {r['link_class']}, "
+        f"{r['mode']}) moves {r['bw_gbps']:.3g} GB/s, {r['pct_of_class']:.0f}% of the median "
+        f"{r['class_median_gbps']:.3g} GB/s of its class: check that link (cable, NIC, NVLink "
+        "state) and rerun `gpuprof run p2p`."
+        for r in summary[summary["flagged"]].to_dict("records")
+    ]
+    return figures, findings
+
+
 def render_report(run: Run) -> str:
     """The report of a run as one HTML string."""
     info = run.info
@@ -125,6 +156,7 @@ def render_report(run: Run) -> str:
         plan = json.loads(plan_path.read_text("utf-8"))
     verdict, bad = _verdict(info, summary, run.tables())
     header, rows = table_cells(summary)
+    pair_figures, findings = _p2p(run, info)
     ceilings = []
     for table, title in (("memory", "Memory copy ceilings"), ("compute", "Matmul ceilings")):
         if table in run.tables():
@@ -134,7 +166,8 @@ def render_report(run: Run) -> str:
         run_id=info.get("run_id", run.path.name), created=info.get("created_utc", ""),
         world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
         device=info.get("device"), backend=info.get("backend"), status=run.status,
-        verdict=verdict, bad=bad, failures=info.get("failures", []), findings=[],
+        verdict=verdict, bad=bad, failures=info.get("failures", []),
+        findings=findings, pair_figures=pair_figures,
         meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),
         ceilings=ceilings,
         table_header=header, table_rows=rows, skipped=info.get("skipped", []),
