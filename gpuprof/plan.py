@@ -180,30 +180,27 @@ def round_robin(items: list[int]) -> list[list[tuple[int, int]]]:
 
 
 def pair_rounds(num_nodes: int, gpus_per_node: int) -> list[list[tuple[int, int]]]:
-    """The p2p schedule. Up to FULL_PAIRS_MAX_RANKS ranks: every pair, in rounds of disjoint
-    pairs. Beyond: every pair inside each node (all nodes at once), then the rails (local rank
-    r of every pair of nodes, every r at once)."""
-    world = num_nodes * gpus_per_node
-    if world <= FULL_PAIRS_MAX_RANKS:
-        return round_robin(list(range(world)))
-    rounds = []
-    for local in round_robin(list(range(gpus_per_node))):
-        rounds.append(
-            [
-                (n * gpus_per_node + a, n * gpus_per_node + b)
-                for n in range(num_nodes)
-                for a, b in local
-            ]
-        )
+    """The p2p schedule: rounds of disjoint pairs, measured one round after another.
+
+    First the pairs inside a node (circle-method rounds, every node at once). Then the pairs
+    across nodes, with at most one pair per pair of nodes in a round, so a pair never shares
+    its nodes' network link with another pair: up to FULL_PAIRS_MAX_RANKS ranks every such
+    pair is measured; beyond, only the rails (local rank r with local rank r, every r at once,
+    as each rail has its own NIC on GPU clusters)."""
+    g = gpus_per_node
+    rounds = [
+        [(n * g + a, n * g + b) for n in range(num_nodes) for a, b in local]
+        for local in round_robin(list(range(g)))
+    ]
+    full = num_nodes * g <= FULL_PAIRS_MAX_RANKS
     for nodes in round_robin(list(range(num_nodes))):
-        rounds.append(
-            [
-                (i * gpus_per_node + r, j * gpus_per_node + r)
-                for i, j in nodes
-                for r in range(gpus_per_node)
+        if full:
+            rounds += [
+                [(i * g + a, j * g + b) for i, j in nodes] for a in range(g) for b in range(g)
             ]
-        )
-    return rounds
+        else:
+            rounds.append([(i * g + r, j * g + r) for i, j in nodes for r in range(g)])
+    return [pairs for pairs in rounds if pairs]
 
 
 def suite_memory(suite: str, device: str) -> CeilingParams:

@@ -3,12 +3,14 @@
 # a bridge in a "switch" namespace by veth pairs, each node's link shaped with tc tbf.
 #
 #   scripts/netns-cluster.sh up NODES RATE [NODE:RATE ...]   e.g. up 2 200mbit   or up 3 200mbit 2:100mbit
+#   scripts/netns-cluster.sh mesh NODES RATE [A-B:RATE ...]  a direct link per pair, e.g. mesh 3 200mbit 1-2:100mbit
 #   scripts/netns-cluster.sh exec K COMMAND...               run COMMAND inside node K
 #   scripts/netns-cluster.sh addr K                          node K's address
 #   scripts/netns-cluster.sh netem                           exit 0 if netem (delay) is available
 #   scripts/netns-cluster.sh down                            remove everything (always safe)
 #
-# Node K is namespace ${GPNS_PREFIX}n$K with interface ${GPNS_PREFIX}e$K at 10.213.0.(K+1)/24;
+# Node K is namespace ${GPNS_PREFIX}n$K with interface ${GPNS_PREFIX}e$K at 10.213.0.(K+1)/24
+# (mesh: interface ${GPNS_PREFIX}d$K at 10.213.1.(K+1), reached over one shaped link per pair);
 # GPNS_PREFIX (default gp) keeps concurrent clusters apart. Traffic between two nodes crosses
 # two shaped links (the sender's and the receiver's), each limited in its egress direction
 # with tbf: that rate is what the pair gets. Needs root and iproute2.
@@ -45,6 +47,41 @@ up() {
     done
 }
 
+mesh() {
+    local nodes=$1 rate=$2; shift 2
+    declare -A custom=()
+    for spec in "$@"; do custom[${spec%%:*}]=${spec#*:}; done
+    for ((k = 0; k < nodes; k++)); do
+        local ns=${P}n$k
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+        # the node's own address lives on one end of a veth pair kept inside the namespace
+        ip link add "${P}d$k" type veth peer name "${P}x$k"
+        ip link set "${P}d$k" netns "$ns"
+        ip link set "${P}x$k" netns "$ns"
+        ip -n "$ns" addr add "10.213.1.$((k + 1))/32" dev "${P}d$k"
+        ip -n "$ns" link set "${P}d$k" up
+        ip -n "$ns" link set "${P}x$k" up
+    done
+    for ((i = 0; i < nodes; i++)); do
+        for ((j = i + 1; j < nodes; j++)); do
+            local a=${P}l$i$j b=${P}l$j$i net="10.214.$((i * 16 + j))" r=${custom[$i-$j]:-$rate}
+            ip link add "$a" type veth peer name "$b"
+            ip link set "$a" netns "${P}n$i"
+            ip link set "$b" netns "${P}n$j"
+            ip -n "${P}n$i" addr add "$net.1/30" dev "$a"
+            ip -n "${P}n$j" addr add "$net.2/30" dev "$b"
+            ip -n "${P}n$i" link set "$a" up
+            ip -n "${P}n$j" link set "$b" up
+            ip -n "${P}n$i" route add "10.213.1.$((j + 1))/32" via "$net.2" dev "$a"
+            ip -n "${P}n$j" route add "10.213.1.$((i + 1))/32" via "$net.1" dev "$b"
+            shape "${P}n$i" "$a" "$r"
+            shape "${P}n$j" "$b" "$r"
+        done
+    done
+}
+
 down() {
     for ns in $(ip netns list | awk '{print $1}' | grep -E "^${P}(n[0-9]+|sw|probe[0-9]+)$" || true); do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
@@ -62,9 +99,10 @@ netem() {
 
 case "${1:-}" in
     up) shift; up "$@" ;;
+    mesh) shift; mesh "$@" ;;
     down) down ;;
     exec) k=$2; shift 2; exec ip netns exec "${P}n$k" "$@" ;;
     addr) addr "$2" ;;
     netem) netem ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

@@ -29,10 +29,11 @@ def unavailable() -> str | None:
 
 
 class Cluster:
-    """Nodes 0..n-1, node k at 10.213.0.(k+1) on interface <prefix>e<k>."""
+    """Nodes 0..n-1: through a bridge, node k at 10.213.0.(k+1) on interface <prefix>e<k>;
+    as a mesh (a link per pair), at 10.213.1.(k+1) on interface <prefix>d<k>."""
 
-    def __init__(self, prefix: str, nodes: int) -> None:
-        self.prefix, self.nodes = prefix, nodes
+    def __init__(self, prefix: str, nodes: int, mesh: bool = False) -> None:
+        self.prefix, self.nodes, self.mesh = prefix, nodes, mesh
         self.env = {**os.environ, "GPNS_PREFIX": prefix}
 
     def script(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -41,13 +42,14 @@ class Cluster:
         )  # type: ignore[call-overload]
 
     def addr(self, node: int) -> str:
-        return f"10.213.0.{node + 1}"
+        return f"10.213.{1 if self.mesh else 0}.{node + 1}"
 
     def node_env(self, node: int) -> dict[str, str]:
         """What a gpuprof process on `node` needs: its interface and host name."""
+        iface = f"{self.prefix}{'d' if self.mesh else 'e'}{node}"
         return {
             **self.env,
-            "GLOO_SOCKET_IFNAME": f"{self.prefix}e{node}",
+            "GLOO_SOCKET_IFNAME": iface,
             "GPUPROF_HOST": f"node{node}",
             "OMP_NUM_THREADS": "1",
         }
@@ -87,12 +89,12 @@ class Cluster:
 
 
 @contextmanager
-def emulated_cluster(nodes: int, rate: str, *custom: str) -> Iterator[Cluster]:
-    """Build the cluster, yield it, and always tear it down."""
-    cluster = Cluster(f"g{os.getpid() % 10000}", nodes)
+def emulated_cluster(nodes: int, rate: str, *custom: str, mesh: bool = False) -> Iterator[Cluster]:
+    """Build the cluster (bridge, or mesh: a link per pair), yield it, always tear it down."""
+    cluster = Cluster(f"g{os.getpid() % 10000}", nodes, mesh)
     cluster.script("down")
     try:
-        cluster.script("up", str(nodes), rate, *custom)
+        cluster.script("mesh" if mesh else "up", str(nodes), rate, *custom)
         yield cluster
     finally:
         cluster.script("down")

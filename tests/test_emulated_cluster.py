@@ -10,6 +10,7 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.bandwidth import summarize_collectives
+from gpuprof.analysis.summary import summarize
 from tests.cluster import emulated_cluster, unavailable
 
 pytestmark = [
@@ -19,9 +20,10 @@ pytestmark = [
 RATE_MBIT = 200
 
 
-def manual_sweep(cluster, tmp_path: Path, extra: list[str]) -> list[int]:  # type: ignore[no-untyped-def]
+def manual_sweep(cluster, tmp_path: Path, extra: list[str], gpus: int = 2) -> list[int]:  # type: ignore[no-untyped-def]
+    """`gpuprof sweep --launcher manual` on every node of the cluster, each its own --out."""
     procs = []
-    for node in range(2):
+    for node in range(cluster.nodes):
         argv = [
             sys.executable,
             "-m",
@@ -30,9 +32,9 @@ def manual_sweep(cluster, tmp_path: Path, extra: list[str]) -> list[int]:  # typ
             "--launcher",
             "manual",
             "--nodes",
-            "2",
+            str(cluster.nodes),
             "--gpus",
-            "2",
+            str(gpus),
             "--node-rank",
             str(node),
             "--master-addr",
@@ -49,6 +51,10 @@ def manual_sweep(cluster, tmp_path: Path, extra: list[str]) -> list[int]:  # typ
         ]
         procs.append(cluster.popen(node, argv, tmp_path / f"node{node}.log"))
     return [p.wait(timeout=600) for p in procs]
+
+
+def logs(tmp_path: Path, nodes: int) -> dict[int, str]:
+    return {n: (tmp_path / f"node{n}.log").read_text()[-2000:] for n in range(nodes)}
 
 
 def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
@@ -107,3 +113,54 @@ def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
         "rank-00002.jsonl",
         "rank-00003.jsonl",
     ]
+
+    # p2p: pairs inside a node are local, across nodes network at the shaped rate
+    pairs = summarize("p2p", run.table("p2p"), run.info)
+    uni = pairs[pairs["mode"] == "uni"]
+    classes = {
+        (a // 2 == b // 2): c
+        for a, b, c in zip(uni["rank_a"], uni["rank_b"], uni["link_class"], strict=True)
+    }
+    assert classes == {True: "local", False: "network"}
+    network = uni[uni["link_class"] == "network"]["bw_gbps"] * 1e3
+    shaped = RATE_MBIT / 8
+    print(
+        f"p2p network pairs: {', '.join(f'{v:.2f}' for v in network)} MB/s "
+        f"(shaped {shaped:.1f} MB/s)"
+    )
+    assert ((network / shaped - 1).abs() <= 0.15).all()
+    assert not pairs["flagged"].any()
+
+
+def test_slow_link_is_flagged(tmp_path: Path) -> None:
+    with emulated_cluster(3, f"{RATE_MBIT}mbit", f"1-2:{RATE_MBIT // 2}mbit", mesh=True) as cluster:
+        codes = manual_sweep(
+            cluster,
+            tmp_path,
+            [
+                "--probes",
+                "p2p",
+                "--p2p-bytes",
+                "4M",
+                "--p2p-modes",
+                "uni,bidir",
+                "--budget-ms",
+                "5",
+                "--min-iters",
+                "3",
+                "--warmup",
+                "1",
+            ],
+            gpus=1,
+        )
+    assert codes == [0, 0, 0], logs(tmp_path, 3)
+    run = open_run("latest", tmp_path / "n0")
+    pairs = summarize("p2p", run.table("p2p"), run.info)
+    for rec in pairs.to_dict("records"):
+        print(
+            f"{rec['mode']} {rec['rank_a']}-{rec['rank_b']}: {rec['bw_gbps'] * 1e3:.2f} MB/s, "
+            f"{rec['pct_of_class']:.0f}% of class, flagged={rec['flagged']}"
+        )
+    flagged = {(r["rank_a"], r["rank_b"]) for r in pairs[pairs["flagged"]].to_dict("records")}
+    assert flagged == {(1, 2)}
+    assert "Pair 1-2" in (run.path / "report.html").read_text()

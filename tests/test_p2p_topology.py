@@ -1,0 +1,145 @@
+"""p2p schedule, analysis and classification; topology from a fake NVML."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuprof.analysis.p2p import flag_outliers, link_class, summarize_p2p, topology_links
+from gpuprof.plan import pair_rounds
+from gpuprof.telemetry.fake import FakeNVML
+from gpuprof.topology import format_topology, gpu_topology
+from tests.conftest import Gp
+
+
+@pytest.mark.parametrize(("nodes", "gpus"), [(1, 2), (1, 5), (2, 2), (3, 1), (2, 8), (4, 4)])
+def test_pair_rounds_cover_every_pair_once_without_sharing_links(nodes: int, gpus: int) -> None:
+    rounds = pair_rounds(nodes, gpus)
+    pairs = sorted(p for r in rounds for p in r)
+    assert pairs == list(itertools.combinations(range(nodes * gpus), 2))
+    for r in rounds:
+        assert len({rank for pair in r for rank in pair}) == 2 * len(r)  # disjoint
+        crossing = [(a // gpus, b // gpus) for a, b in r if a // gpus != b // gpus]
+        assert len(crossing) == len(set(crossing))  # one pair per node link
+
+
+def test_large_worlds_measure_nodes_and_rails() -> None:
+    rounds = pair_rounds(4, 8)
+    assert len(rounds) == 7 + 3
+    assert rounds[-1][:2] == [(0, 8), (1, 9)]
+
+
+def _frame(rows: list[tuple[int, int, str, float]]) -> pd.DataFrame:
+    """(rank_a, rank_b, mode, time_us) -> records of both ranks, 2 iterations each."""
+    out = []
+    for a, b, mode, t in rows:
+        for rank in (a, b):
+            for it in range(2):
+                out.append(
+                    {
+                        "group": "round0",
+                        "mode": mode,
+                        "size_bytes": 1_000_000,
+                        "rank_a": a,
+                        "rank_b": b,
+                        "rank": rank,
+                        "host": f"h{rank // 2}",
+                        "iteration": it,
+                        "time_us": t + (10 if rank == b else 0),
+                        "nwrong": 0,
+                    }
+                )
+    return pd.DataFrame(out)
+
+
+def test_summary_uses_the_slower_rank_and_flags_a_slow_pair() -> None:
+    frame = _frame(
+        [
+            (0, 2, "uni", 90),
+            (1, 3, "uni", 90),
+            (0, 3, "uni", 90),
+            (1, 2, "uni", 290),
+            (0, 1, "uni", 10),
+            (0, 1, "latency", 20),
+        ]
+    )
+    summary = summarize_p2p(frame, {})
+    row = summary[(summary["rank_a"] == 0) & (summary["rank_b"] == 2)].iloc[0]
+    assert row["time_us"] == 100 and row["bw_gbps"] == pytest.approx(10.0)
+    assert row["link_class"] == "network"
+    assert set(summary[summary["flagged"]].apply(lambda r: (r.rank_a, r.rank_b), axis=1)) == {
+        (1, 2)
+    }
+    lat = summary[summary["mode"] == "latency"].iloc[0]
+    assert lat["latency_us"] == 15 and pd.isna(lat["bw_gbps"]) and not lat["flagged"]
+    assert (
+        summary[(summary["rank_a"] == 0) & (summary["rank_b"] == 1)].iloc[0]["link_class"]
+        == "local"
+    )
+
+
+def test_flag_rule_is_relative_to_the_class_median() -> None:
+    frame = pd.DataFrame(
+        {
+            "link_class": ["nvlink"] * 3 + ["network"] * 2,
+            "mode": ["uni"] * 5,
+            "bw_gbps": [400.0, 390.0, 270.0, 40.0, 45.0],
+        }
+    )
+    flagged = flag_outliers(frame)["flagged"].tolist()
+    assert flagged == [False, False, True, False, False]  # 270 < 0.7 x 390
+
+
+def test_topology_from_fake_nvml_and_link_classes() -> None:
+    nvml = FakeNVML.dgx(4)
+    nvml.gpus[3].nvlinks = []  # GPU 3 lost its NVLinks: PCIe (across NUMA) to the others
+    for gpu in nvml.gpus[:3]:
+        gpu.nvlinks = [b for b in gpu.nvlinks if b != nvml.gpus[3].bus_id]
+    topo = gpu_topology(nvml, ["eth0"])
+    assert topo["matrix"][0][1] == "NV6" and topo["matrix"][0][0] == "X"
+    assert topo["matrix"][0][3] == "SYS" and topo["matrix"][2][3] == "NODE"
+    assert "GPU0  X" in format_topology(topo)
+    info = {"nodes": [{"host": "h", "topology": topo}]}
+    links = topology_links(info)
+    ranks = [{"host": "h", "pci_bus_id": bus} for bus in topo["gpus"]]
+    assert link_class(ranks[0], ranks[1], links) == "nvlink"
+    assert link_class(ranks[0], ranks[3], links) == "pcie"
+    assert link_class(ranks[0], {"host": "other"}, links) == "network"
+
+
+def test_env_shows_the_fake_topology(gp: Gp, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPROF_FAKE_NVML", "8xNVIDIA H100 80GB HBM3")
+    out = gp("env").out
+    assert "GPU7" in out and "NV2" in out and "NVIDIA H100 80GB HBM3" in out
+    info = json.loads(gp("env", "--format", "json").out)
+    assert len(info["node"]["topology"]["gpus"]) == 8
+
+
+def test_p2p_through_the_cli(tmp_path: Path, gp: Gp) -> None:
+    result = gp(
+        "run",
+        "p2p",
+        "--gpus",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "--p2p-bytes",
+        "256K",
+        "--budget-ms",
+        "5",
+        "--min-iters",
+        "3",
+    )
+    assert result.code == 0, result.err
+    rows = gp("show", "latest", "--out", str(tmp_path), "--table", "p2p", "--format", "json").json()
+    assert {(r["rank_a"], r["rank_b"]) for r in rows} == {(0, 1), (0, 2), (1, 2)}
+    assert {r["mode"] for r in rows} == {"uni", "bidir", "latency"}
+    assert all(r["nwrong"] == 0 and r["link_class"] == "local" for r in rows)
+    html = next(tmp_path.glob("*/report.html")).read_text()
+    assert "p2p uni: one direction" in html
