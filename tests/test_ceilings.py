@@ -108,3 +108,27 @@ def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> No
     assert all(r["tflops"] > 0 and r["pct_of_peak"] is None for r in comp)
     table = gp("show", "latest", "--out", str(tmp_path), "--table", "compute").out
     assert "TFLOP/s" in table.splitlines()[0]
+
+
+def test_is_this_good_for_8xh100_all_reduce() -> None:
+    from gpuprof.advice import collective_findings
+    from gpuprof.analysis.summary import collective_pct_of_peak
+
+    info = {"ranks": [{"rank": 0, "gpu_name": "NVIDIA H100 80GB HBM3"}]}
+    summary = pd.DataFrame(
+        {
+            "op": ["all_reduce"] * 2,
+            "num_nodes": [1, 1],
+            "world_size": [8, 8],
+            "size_bytes": [1 << 20, 1 << 30],
+            "busbw_gbps": [100.0, 360.0],
+            "scope": ["global", "global"],
+        }
+    )
+    (finding,) = collective_findings(summary, info)
+    assert "360 GB/s busbw at 1 GiB" in finding and "97% of the ~370" in finding
+    assert "as expected" in finding
+    summary.loc[1, "busbw_gbps"] = 200.0
+    assert "below the reference" in collective_findings(summary, info)[0]
+    assert collective_pct_of_peak(summary, info).tolist() == pytest.approx([100 / 4.5, 200 / 4.5])
+    assert collective_findings(summary, {"ranks": [{"rank": 0}]}) == []  # CPU: nothing said

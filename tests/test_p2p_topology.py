@@ -143,3 +143,25 @@ def test_p2p_through_the_cli(tmp_path: Path, gp: Gp) -> None:
     assert all(r["nwrong"] == 0 and r["link_class"] == "local" for r in rows)
     html = next(tmp_path.glob("*/report.html")).read_text()
     assert "p2p uni: one direction" in html
+
+
+GOLDEN = Path(__file__).parent / "data" / "p2p-mesh-slow-link"
+
+
+def test_golden_mesh_run_classifies_and_flags(tmp_path: Path) -> None:
+    """A recorded 3-node emulated run (one rank per node, links of 200 Mbit/s except 1-2 at
+    100 Mbit/s): every pair is network, and only the slow pair is flagged."""
+    import shutil
+
+    from gpuprof import open_run
+    from gpuprof.analysis.summary import summarize
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(GOLDEN, run_dir)
+    run = open_run(run_dir)
+    summary = summarize("p2p", run.table("p2p"), run.info)
+    assert set(summary["link_class"]) == {"network"}
+    uni = summary[summary["mode"] == "uni"].set_index(["rank_a", "rank_b"])
+    assert uni.loc[(1, 2), "flagged"] and not uni.loc[(0, 1), "flagged"]
+    assert uni.loc[(1, 2), "bw_gbps"] == pytest.approx(uni.loc[(0, 1), "bw_gbps"] / 2, rel=0.15)
+    assert summary["nwrong"].sum() == 0

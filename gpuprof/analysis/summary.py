@@ -10,6 +10,7 @@ from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
 from gpuprof.analysis.p2p import summarize_p2p
 from gpuprof.errors import UsageError
+from gpuprof.hardware import gpu_peaks
 
 SUMMARIZED = ("collectives", "p2p", "memory", "compute")
 
@@ -19,10 +20,29 @@ def gpu_names(info: dict[str, Any]) -> dict[int, str]:
     return {int(r["rank"]): r["gpu_name"] for r in info.get("ranks") or [] if r.get("gpu_name")}
 
 
+def gpu_model(info: dict[str, Any]) -> str | None:
+    """The GPU name of the run (rank 0's), None on CPU."""
+    ranks = info.get("ranks") or []
+    return next((r["gpu_name"] for r in ranks if r.get("gpu_name")), None)
+
+
+def collective_pct_of_peak(summary: pd.DataFrame, info: dict[str, Any]) -> pd.Series:
+    """busbw as % of the GPU's NVLink rate per direction, for single-node scopes; else empty
+    (a network scope's peak would need the rank-to-NIC mapping)."""
+    peaks = gpu_peaks(gpu_model(info))
+    link = peaks.nvlink_gbps if peaks else None
+    if not link:
+        return pd.Series([None] * len(summary), index=summary.index, dtype="object")
+    pct = 100 * summary["busbw_gbps"] / link
+    return pct.where(summary["num_nodes"] == 1)
+
+
 def summarize(table: str, frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
     """The summary of `table` (one row per case and group or device)."""
     if table == "collectives":
-        return summarize_collectives(frame)
+        summary = summarize_collectives(frame)
+        summary["pct_of_peak"] = collective_pct_of_peak(summary, info)
+        return summary
     if table == "p2p":
         return summarize_p2p(frame, info)
     if table == "memory":

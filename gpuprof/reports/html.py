@@ -9,6 +9,7 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
+from gpuprof.advice import collective_findings, p2p_findings
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.summary import summarize
 from gpuprof.plan import OPS
@@ -133,20 +134,14 @@ def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
         for mode in ("uni", "bidir", "latency")
         if (summary["mode"] == mode).any()
     ]
-    findings = [
-        f"Pair {r['rank_a']}-{r['rank_b']} ({r['host_a']} to {r['host_b']}, {r['link_class']}, "
-        f"{r['mode']}) moves {r['bw_gbps']:.3g} GB/s, {r['pct_of_class']:.0f}% of the median "
-        f"{r['class_median_gbps']:.3g} GB/s of its class: check that link (cable, NIC, NVLink "
-        "state) and rerun `gpuprof run p2p`."
-        for r in summary[summary["flagged"]].to_dict("records")
-    ]
+    findings = p2p_findings(summary)
     return figures, findings
 
 
 def render_report(run: Run) -> str:
     """The report of a run as one HTML string."""
     info = run.info
-    summary = (summarize_collectives(run.table("collectives"))
+    summary = (summarize("collectives", run.table("collectives"), info)
                if "collectives" in run.tables() else summarize_collectives(_empty()))
     plan_path = run.path / "plan.json"
     plan = None
@@ -167,7 +162,7 @@ def render_report(run: Run) -> str:
         world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
         device=info.get("device"), backend=info.get("backend"), status=run.status,
         verdict=verdict, bad=bad, failures=info.get("failures", []),
-        findings=findings, pair_figures=pair_figures,
+        findings=collective_findings(summary, info) + findings, pair_figures=pair_figures,
         meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),
         ceilings=ceilings,
         table_header=header, table_rows=rows, skipped=info.get("skipped", []),

@@ -12,7 +12,7 @@ COLUMNS = {
         ("scope", "scope"), ("world_size", "n"), ("group", "group"), ("op", "op"),
         ("size_bytes", "size"), ("dtype", "type"), ("redop", "redop"), ("in_place", "place"),
         ("time_us", "time_us"), ("time_us_p99", "p99_us"), ("algbw_gbps", "algbw_GB/s"),
-        ("busbw_gbps", "busbw_GB/s"), ("nwrong", "#wrong"),
+        ("busbw_gbps", "busbw_GB/s"), ("pct_of_peak", "%link"), ("nwrong", "#wrong"),
     ],
     "p2p": [
         ("mode", "mode"), ("rank_a", "a"), ("rank_b", "b"), ("host_a", "host_a"),

@@ -1,0 +1,53 @@
+"""Rules over analysis tables -> findings: what the data shows, its evidence, and what to do.
+
+A finding never states what the data does not show: a rule that lacks its inputs (an unknown
+GPU, no pair flagged) says nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from gpuprof.analysis.summary import gpu_model
+from gpuprof.hardware import gpu_peaks
+from gpuprof.units import format_size
+
+
+def collective_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str]:
+    """all_reduce busbw on a full NVLink node against the known reference for that GPU."""
+    peaks = gpu_peaks(gpu_model(info))
+    if peaks is None or not peaks.all_reduce_busbw_gbps or summary.empty:
+        return []
+    one_node = summary[
+        (summary["op"] == "all_reduce") & (summary["num_nodes"] == 1) & (summary["world_size"] == 8)
+    ]
+    if one_node.empty:
+        return []
+    best = one_node.loc[one_node["size_bytes"] == one_node["size_bytes"].max()]
+    best = best.iloc[int(best["busbw_gbps"].to_numpy().argmax())]
+    ref = peaks.all_reduce_busbw_gbps
+    pct = 100 * best["busbw_gbps"] / ref
+    verdict = (
+        "as expected"
+        if pct >= 90
+        else "below the reference: check NVLink state (nvidia-smi nvlink -s), NCCL_ALGO/"
+        "NCCL_PROTO overrides and GPU clocks"
+    )
+    return [
+        f"all_reduce on 8 x {peaks.model} reaches {best['busbw_gbps']:.0f} GB/s busbw at "
+        f"{format_size(best['size_bytes'])} ({best['scope']}), {pct:.0f}% of the ~{ref:.0f} "
+        f"GB/s ring reference (REFERENCE.md): {verdict}."
+    ]
+
+
+def p2p_findings(summary: pd.DataFrame) -> list[str]:
+    """One finding per pair flagged slow against its link class."""
+    return [
+        f"Pair {r['rank_a']}-{r['rank_b']} ({r['host_a']} to {r['host_b']}, {r['link_class']}, "
+        f"{r['mode']}) moves {r['bw_gbps']:.3g} GB/s, {r['pct_of_class']:.0f}% of the median "
+        f"{r['class_median_gbps']:.3g} GB/s of its class: check that link (cable, NIC, NVLink "
+        "state) and rerun `gpuprof run p2p`."
+        for r in summary[summary["flagged"]].to_dict("records")
+    ]
