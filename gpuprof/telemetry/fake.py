@@ -8,6 +8,8 @@ Functions a device does not support raise NVMLError_NotSupported, as real NVML d
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,11 +40,40 @@ class FakeGpu:
     numa: int
     memory_bytes: int = 80 << 30
     nvlinks: list[str] = field(default_factory=list)  # remote bus id per active link
+    # what the counters say; `unsupported` names NVML functions that raise NotSupported
+    util_pct: int = 50
+    power_mw: int = 400_000
+    temperature_c: int = 55
+    sm_clock_mhz: int = 1980
+    mem_clock_mhz: int = 2619
+    clock_reasons: int = 0
+    pcie_kbps: int = 1_000_000
+    nvlink_kib_per_s: float = 100e6  # ~102 GB/s each way
+    nvlink_kib_start: int = 0  # start near 2**64 to test the wrap-around
+    unsupported: set[str] = field(default_factory=set)
 
 
 @dataclass
 class _Pci:
     busId: str  # noqa: N815 - pynvml's field name
+
+
+@dataclass
+class _Util:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _Value:
+    ullVal: int  # noqa: N815 - pynvml's field name
+
+
+@dataclass
+class _Field:
+    fieldId: int  # noqa: N815
+    nvmlReturn: int  # noqa: N815
+    value: _Value
 
 
 @dataclass
@@ -65,9 +96,16 @@ class FakeNVML:
     NVML_TOPOLOGY_NODE = NVML_TOPOLOGY_NODE
     NVML_TOPOLOGY_SYSTEM = NVML_TOPOLOGY_SYSTEM
 
-    def __init__(self, gpus: list[FakeGpu], driver: str = "550.54.15") -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        driver: str = "550.54.15",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.gpus = gpus
         self.driver = driver
+        self.clock = clock
+        self.t0 = clock()
 
     @classmethod
     def dgx(
@@ -136,6 +174,52 @@ class FakeNVML:
         if a is b:
             return NVML_TOPOLOGY_INTERNAL
         return NVML_TOPOLOGY_NODE if a.numa == b.numa else NVML_TOPOLOGY_SYSTEM
+
+    # -- sampling: counters grow with the (injectable) clock; unsupported calls raise --
+
+    def _check(self, gpu: FakeGpu, function: str) -> None:
+        if function in gpu.unsupported:
+            raise NVMLError_NotSupported(function)
+
+    def _elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> _Util:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetUtilizationRates")
+        return _Util(gpu=gpu.util_pct, memory=gpu.util_pct // 2)
+
+    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetPowerUsage")
+        return gpu.power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu: FakeGpu) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetTotalEnergyConsumption")
+        return int(gpu.power_mw * self._elapsed())  # mJ
+
+    def nvmlDeviceGetTemperature(self, gpu: FakeGpu, sensor: int) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetTemperature")
+        return gpu.temperature_c
+
+    def nvmlDeviceGetClockInfo(self, gpu: FakeGpu, clock: int) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetClockInfo")
+        return gpu.sm_clock_mhz if clock == 1 else gpu.mem_clock_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: FakeGpu) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetCurrentClocksEventReasons")
+        return gpu.clock_reasons
+
+    def nvmlDeviceGetPcieThroughput(self, gpu: FakeGpu, counter: int) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetPcieThroughput")
+        return gpu.pcie_kbps
+
+    def nvmlDeviceGetTotalEccErrors(self, gpu: FakeGpu, kind: int, counter: int) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetTotalEccErrors")
+        return 0
+
+    def nvmlDeviceGetFieldValues(self, gpu: FakeGpu, fields: list[int]) -> list[_Field]:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetFieldValues")
+        kib = int(gpu.nvlink_kib_start + gpu.nvlink_kib_per_s * self._elapsed()) % (1 << 64)
+        return [_Field(fieldId=f, nvmlReturn=0, value=_Value(ullVal=kib)) for f in fields]
 
     def numa_node(self, bus_id: str) -> int | None:
         """What sysfs would say for this device's NUMA node (fake only)."""

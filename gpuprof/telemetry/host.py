@@ -1,0 +1,76 @@
+"""Host counters: CPU (total and per core), memory, per-NIC bytes and InfiniBand port counters.
+
+NIC and InfiniBand rows carry cumulative byte counters (for attributing bytes to a case) and
+rates over the sampling interval. InfiniBand `port_xmit_data` / `port_rcv_data` count 4-byte
+words (REFERENCE.md; the IB spec's PortXmitData), so bytes = 4 x the counter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+IB_ROOT = Path("/sys/class/infiniband")
+
+
+def ib_counters(root: Path = IB_ROOT) -> dict[str, tuple[int, int]]:
+    """{'mlx5_0/1': (tx_bytes, rx_bytes)} for every InfiniBand port with counters."""
+    out = {}
+    for port in sorted(root.glob("*/ports/*")):
+        try:
+            tx = int((port / "counters/port_xmit_data").read_text()) * 4
+            rx = int((port / "counters/port_rcv_data").read_text()) * 4
+        except (OSError, ValueError):
+            continue
+        out[f"{port.parent.parent.name}/{port.name}"] = (tx, rx)
+    return out
+
+
+class HostSampler:
+    """Samples this host; keeps the previous byte counters for rates."""
+
+    def __init__(self, ib_root: Path = IB_ROOT) -> None:
+        self.ib_root = ib_root
+        psutil.cpu_percent(percpu=True)  # the first call only primes the counters
+        self._prev: dict[str, tuple[int, int, int]] = {}
+
+    def _rates(self, key: str, tx: int, rx: int, t_ns: int) -> tuple[float | None, ...]:
+        prev = self._prev.get(key)
+        self._prev[key] = (tx, rx, t_ns)
+        if prev is None or t_ns <= prev[2]:
+            return None, None
+        seconds = (t_ns - prev[2]) / 1e9
+        return (tx - prev[0]) / seconds / 1e9, (rx - prev[1]) / seconds / 1e9
+
+    def sample(self, t_ns: int) -> list[dict[str, Any]]:
+        """Rows: 'host' (CPU, memory), 'cpuN' per core, 'nic:NAME', 'ib:DEV/PORT'."""
+        cores = psutil.cpu_percent(percpu=True)
+        memory = psutil.virtual_memory()
+        rows: list[dict[str, Any]] = [
+            {
+                "source": "host",
+                "cpu_pct": sum(cores) / max(1, len(cores)),
+                "mem_used_bytes": int(memory.total - memory.available),
+                "mem_pct": memory.percent,
+            }
+        ]
+        rows += [{"source": f"cpu{i}", "cpu_pct": pct} for i, pct in enumerate(cores)]
+        counters = {
+            f"nic:{name}": (c.bytes_sent, c.bytes_recv)
+            for name, c in psutil.net_io_counters(pernic=True).items()
+        }
+        counters.update({f"ib:{k}": v for k, v in ib_counters(self.ib_root).items()})
+        for source, (tx, rx) in counters.items():
+            tx_rate, rx_rate = self._rates(source, tx, rx, t_ns)
+            rows.append(
+                {
+                    "source": source,
+                    "tx_bytes": tx,
+                    "rx_bytes": rx,
+                    "tx_gbps": tx_rate,
+                    "rx_gbps": rx_rate,
+                }
+            )
+        return rows

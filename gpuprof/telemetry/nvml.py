@@ -1,0 +1,112 @@
+"""NVML counters per GPU. Every metric a device does not support is missing (None), never
+zero, and never stops the sampler (REFERENCE.md, NVML).
+
+Rates come from counter deltas over the sampling interval: energy (mJ) -> power, NVLink
+throughput fields 138/139 (cumulative KiB, all links) -> GB/s. Counters are unsigned 64-bit;
+a delta across a wrap-around is corrected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# clock event reasons that mean the GPU was slowed (the others: idle, app clocks, sync boost)
+THROTTLE_REASONS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
+THROTTLE_MASK = sum(THROTTLE_REASONS)
+NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB
+
+
+def counter_delta(previous: int, current: int, bits: int = 64) -> int:
+    """current - previous for an unsigned counter that may have wrapped once."""
+    delta = current - previous
+    return delta + (1 << bits) if delta < 0 else delta
+
+
+def decode_reasons(reasons: int | None) -> list[str]:
+    """Names of the throttling reasons set in a clock-event bitmask."""
+    if not reasons:
+        return []
+    return [name for bit, name in THROTTLE_REASONS.items() if reasons & bit]
+
+
+class GpuSampler:
+    """Samples every GPU NVML sees; keeps the previous counters for rates."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        count = nvml.nvmlDeviceGetCount()
+        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.buses = [str(nvml.nvmlDeviceGetPciInfo(h).busId) for h in self.handles]
+        self._prev: dict[tuple[int, str], tuple[int, int]] = {}
+
+    def _get(self, function: str, *args: Any) -> Any:
+        """nvml.<function>(*args), or None when the device does not support it."""
+        try:
+            return getattr(self.nvml, function)(*args)
+        except self.nvml.NVMLError:
+            return None  # not supported on this device (or transiently unavailable)
+
+    def _rate(
+        self, gpu: int, name: str, value: int | None, t_ns: int, scale: float
+    ) -> float | None:
+        """Per-second rate of a cumulative counter since the last sample, times `scale`."""
+        if value is None:
+            return None
+        prev = self._prev.get((gpu, name))
+        self._prev[(gpu, name)] = (value, t_ns)
+        if prev is None or t_ns <= prev[1]:
+            return None
+        return counter_delta(prev[0], value) * scale / ((t_ns - prev[1]) / 1e9)
+
+    def _fields(self, handle: Any) -> tuple[int | None, int | None]:
+        values = self._get("nvmlDeviceGetFieldValues", handle, [NVLINK_TX, NVLINK_RX])
+        if values is None:
+            return None, None
+        out = [int(v.value.ullVal) if v.nvmlReturn == 0 else None for v in values]
+        return out[0], out[1]
+
+    def sample(self, t_ns: int) -> list[dict[str, Any]]:
+        """One row per GPU."""
+        rows = []
+        for i, h in enumerate(self.handles):
+            util = self._get("nvmlDeviceGetUtilizationRates", h)
+            mem = self._get("nvmlDeviceGetMemoryInfo", h)
+            power = self._get("nvmlDeviceGetPowerUsage", h)
+            energy = self._get("nvmlDeviceGetTotalEnergyConsumption", h)
+            reasons = self._get("nvmlDeviceGetCurrentClocksEventReasons", h)
+            pcie_tx = self._get("nvmlDeviceGetPcieThroughput", h, 0)
+            pcie_rx = self._get("nvmlDeviceGetPcieThroughput", h, 1)
+            nvl_tx, nvl_rx = self._fields(h)
+            rows.append(
+                {
+                    "source": f"gpu{i}",
+                    "bus_id": self.buses[i],
+                    "gpu_util_pct": None if util is None else float(util.gpu),
+                    "mem_util_pct": None if util is None else float(util.memory),
+                    "mem_used_bytes": None if mem is None else int(mem.used),
+                    "power_w": None if power is None else power / 1e3,
+                    "energy_j": None if energy is None else energy / 1e3,
+                    "power_from_energy_w": self._rate(i, "energy", energy, t_ns, 1e-3),
+                    "temperature_c": self._get("nvmlDeviceGetTemperature", h, 0),
+                    "sm_clock_mhz": self._get("nvmlDeviceGetClockInfo", h, 1),
+                    "mem_clock_mhz": self._get("nvmlDeviceGetClockInfo", h, 2),
+                    "clock_reasons": reasons,
+                    "throttled": None if reasons is None else bool(reasons & THROTTLE_MASK),
+                    "pcie_tx_gbps": None if pcie_tx is None else pcie_tx * 1e3 / 1e9,  # KB/s
+                    "pcie_rx_gbps": None if pcie_rx is None else pcie_rx * 1e3 / 1e9,
+                    "nvlink_tx_bytes": None if nvl_tx is None else nvl_tx * 1024,
+                    "nvlink_rx_bytes": None if nvl_rx is None else nvl_rx * 1024,
+                    "nvlink_tx_gbps": self._rate(i, "nvl_tx", nvl_tx, t_ns, 1024 / 1e9),
+                    "nvlink_rx_gbps": self._rate(i, "nvl_rx", nvl_rx, t_ns, 1024 / 1e9),
+                    "ecc_uncorrected": self._get(
+                        "nvmlDeviceGetTotalEccErrors", h, 1, 0
+                    ),  # volatile
+                }
+            )
+        return rows

@@ -1,0 +1,139 @@
+"""One telemetry sampler per node: host counters and (where NVML works) every GPU, at a fixed
+rate on the wall clock the probes' phase markers use, appended to
+`telemetry/node-<host>.jsonl` in the run folder (flushed about once a second).
+
+    python -m gpuprof.telemetry.sampler --out RUN/telemetry/node-HOST.jsonl --hz 10 --host HOST
+
+It runs until SIGTERM (or SIGINT), then flushes and exits 0. Without NVML it samples the host
+only and says so once on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from gpuprof.telemetry.host import HostSampler
+
+TELEMETRY_DIR = "telemetry"
+
+
+def telemetry_path(run_dir: Path, host: str) -> Path:
+    """Where the sampler of `host` writes."""
+    return run_dir / TELEMETRY_DIR / f"node-{host}.jsonl"
+
+
+def open_nvml() -> tuple[Any, str | None]:
+    """(nvml or None, why not)."""
+    if os.environ.get("GPUPROF_FAKE_NVML"):
+        from gpuprof.telemetry.fake import fake_from_env
+
+        return fake_from_env(os.environ["GPUPROF_FAKE_NVML"]), None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded / ImportError
+        return None, f"{type(exc).__name__}: {exc}"
+    return pynvml, None
+
+
+class Sampler:
+    """Takes one sample of everything this node has."""
+
+    def __init__(self, host: str, nvml: Any) -> None:
+        from gpuprof.telemetry.nvml import GpuSampler
+
+        self.host = host
+        self.host_sampler = HostSampler()
+        self.gpu_sampler = GpuSampler(nvml) if nvml is not None else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        t_ns = time.time_ns()
+        rows = self.host_sampler.sample(t_ns)
+        if self.gpu_sampler is not None:
+            rows += self.gpu_sampler.sample(t_ns)
+        return [{"t_ns": t_ns, "host": self.host, **row} for row in rows]
+
+
+def run(out: Path, hz: float, host: str, duration_s: float | None = None) -> int:
+    """Sample until SIGTERM/SIGINT (or `duration_s`); returns the number of samples taken."""
+    nvml, why = open_nvml()
+    if nvml is None:
+        print(
+            f"gpuprof: telemetry on {host}: NVML unavailable ({why}); host counters only",
+            file=sys.stderr,
+            flush=True,
+        )
+    sampler = Sampler(host, nvml)
+    stop = {"now": False}
+
+    def halt(*_: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, halt)
+    signal.signal(signal.SIGINT, halt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    period, start, count = 1.0 / hz, time.monotonic(), 0
+    with out.open("a", encoding="utf-8") as handle:
+        last_flush = start
+        while not stop["now"] and (duration_s is None or time.monotonic() - start < duration_s):
+            _write(handle, sampler.rows())
+            count += 1
+            now = time.monotonic()
+            if now - last_flush >= 1.0:
+                handle.flush()
+                last_flush = now
+            # a fixed schedule, so a slow sample does not lower the rate
+            time.sleep(max(0.0, start + count * period - time.monotonic()))
+    return count
+
+
+def _write(handle: IO[str], rows: list[dict[str, Any]]) -> None:
+    handle.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+
+
+def start(run_dir: Path, host: str, hz: float) -> subprocess.Popen[bytes]:
+    """Start this node's sampler as a child process."""
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuprof.telemetry.sampler",
+        "--out",
+        str(telemetry_path(run_dir, host)),
+        "--hz",
+        f"{hz:g}",
+        "--host",
+        host,
+    ]
+    return subprocess.Popen(argv)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a sampler and wait for its last flush."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="gpuprof.telemetry.sampler")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--hz", type=float, default=10.0)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    args = parser.parse_args(argv)
+    run(args.out, args.hz, args.host, args.duration)
+
+
+if __name__ == "__main__":
+    main()
