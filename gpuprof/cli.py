@@ -76,6 +76,14 @@ def _launch_options(func: Any) -> Any:
             metavar="RUN",
             help="measure only the cases RUN is missing, with RUN's own plan",
         ),
+        click.option(
+            "--telemetry-hz",
+            default=10.0,
+            show_default=True,
+            type=float,
+            help="samples per second of each node's NVML and host counters",
+        ),
+        click.option("--no-telemetry", is_flag=True, help="do not sample counters"),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),
     )(func)
@@ -90,6 +98,8 @@ def _plan(
     suite: str,
     device: str,
     timeout: float,
+    telemetry_hz: float,
+    no_telemetry: bool,
 ) -> Any:
     from gpuprof.launch import plan_device
     from gpuprof.plan import SweepPlan
@@ -110,6 +120,7 @@ def _plan(
         suite=suite,
         probes=probes,
         case_timeout_s=timeout,
+        telemetry_hz=0.0 if no_telemetry else telemetry_hz,
         **suite_params(suite, resolved, coll_opts),
     )
 

@@ -264,6 +264,7 @@ class SweepPlan:
     memory: CeilingParams = field(default_factory=CeilingParams)
     compute: CeilingParams = field(default_factory=CeilingParams)
     case_timeout_s: float = 300.0
+    telemetry_hz: float = 10.0  # one sampler per node; 0 turns telemetry off
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
@@ -277,6 +278,8 @@ class SweepPlan:
         _check_choices("probe", self.probes, PROBES)
         if self.case_timeout_s <= 0:
             raise UsageError("--timeout must be positive")
+        if not 0 <= self.telemetry_hz <= 1000:
+            raise UsageError(f"--telemetry-hz must be between 0 and 1000, got {self.telemetry_hz}")
 
     @property
     def world_size(self) -> int:

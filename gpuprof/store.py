@@ -159,6 +159,8 @@ def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
         fixed = {k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")}
         extra = {**rec.get("params", {}), **rec.get("results", {})}
         extra["start_unix_ns"] = rec.get("start_unix_ns", 0)
+        extra["end_unix_ns"] = rec.get("end_unix_ns", 0)
+        extra["warmup_iters"] = rec.get("warmup_iters", 0)
         for key, value in {**fixed, **extra}.items():
             col = cols[key]
             col.extend([None] * (start - len(col)))  # a column new in this record
@@ -195,13 +197,29 @@ def run_events(run_dir: Path, since_ns: int = 0) -> dict[str, list[dict[str, Any
 
 
 def consolidate(run_dir: Path) -> dict[str, Path]:
-    """Turn the rank shards into `<probe>.parquet` tables; safe to run again after a crash."""
+    """Turn the rank shards into `<probe>.parquet` tables and the nodes' samples into
+    `telemetry.parquet`; safe to run again after a crash."""
     written = {}
     for probe, frame in _case_rows(iter_run_records(run_dir)).items():
         path = run_dir / f"{probe}.parquet"
         frame.to_parquet(path, index=False)
         written[probe] = path
+    telemetry = read_telemetry(run_dir)
+    if telemetry is not None:
+        written["telemetry"] = run_dir / "telemetry.parquet"
+        telemetry.to_parquet(written["telemetry"], index=False)
     return written
+
+
+def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
+    """Every node's samples (one row per sample and source), or None without telemetry."""
+    frames = []
+    for path in sorted((run_dir / "telemetry").glob("node-*.jsonl")):
+        with path.open(encoding="utf-8") as handle:
+            lines = [line for line in handle if line.endswith("\n")]  # a torn last line
+        if lines:
+            frames.append(pd.DataFrame.from_records(json.loads(line) for line in lines))
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def new_run_record(
@@ -314,7 +332,10 @@ class Run:
         return pd.read_parquet(path)
 
     def _ensure_consolidated(self) -> None:
-        shards = list((self.path / RANKS_DIR).glob("rank-*.jsonl"))
+        shards = [
+            *(self.path / RANKS_DIR).glob("rank-*.jsonl"),
+            *(self.path / "telemetry").glob("node-*.jsonl"),
+        ]
         if not shards:
             return
         newest_shard = max(p.stat().st_mtime for p in shards)

@@ -10,6 +10,7 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.bandwidth import summarize_collectives
+from gpuprof.analysis.health import attribute, case_windows
 from gpuprof.analysis.summary import summarize
 from tests.cluster import emulated_cluster, unavailable
 
@@ -107,6 +108,20 @@ def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
         )
         assert abs(inter / iperf - 1) <= 0.15
         assert intra > 2 * inter
+    # telemetry: each node's NIC counted what the inter-node cases had to send
+    attributed = attribute(case_windows(frame), run.table("telemetry"))
+    inter = attributed[
+        (attributed["scope"] == "inter")
+        & (attributed["expected_tx_bytes"] > 0)
+        & attributed["case_id"].str.endswith(str(8 << 20))
+    ]
+    for rec in inter.to_dict("records"):
+        print(
+            f"NIC bytes {rec['host']} {rec['case_id']}: {rec['nic_tx_bytes'] / 1e6:.1f} MB sent, "
+            f"{rec['expected_tx_bytes'] / 1e6:.1f} MB expected, ratio {rec['nic_ratio']:.3f}"
+        )
+    assert len(inter) == 3  # sendrecv from both nodes, broadcast from node 0
+    assert ((inter["nic_ratio"] - 1).abs() <= 0.20).all()
     # node 1 kept its own shards as a backup
     backup = next((tmp_path / "n1").iterdir())
     assert sorted(p.name for p in (backup / "ranks").glob("*.jsonl")) == [
@@ -129,7 +144,8 @@ def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
         f"(shaped {shaped:.1f} MB/s)"
     )
     assert ((network / shaped - 1).abs() <= 0.15).all()
-    assert not pairs["flagged"].any()
+    # (local pairs share 2 cores with 4 ranks here: too noisy to judge each other)
+    assert not pairs[pairs["link_class"] == "network"]["flagged"].any()
 
 
 def test_slow_link_is_flagged(tmp_path: Path) -> None:

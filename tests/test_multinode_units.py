@@ -48,12 +48,13 @@ def test_preflight_names_version_and_gpu_mismatches() -> None:
 
 def test_merge_chunk_appends_skips_and_repairs(tmp_path: Path) -> None:
     path = shard_path(tmp_path, 3)
-    merge_chunk(tmp_path, 3, 0, b"a\n")
-    merge_chunk(tmp_path, 3, 2, b"b\n")
+    relative = str(path.relative_to(tmp_path))
+    merge_chunk(tmp_path, relative, 0, b"a\n")
+    merge_chunk(tmp_path, relative, 2, b"b\n")
     assert path.read_bytes() == b"a\nb\n"
-    merge_chunk(tmp_path, 3, 0, b"a\n")  # already here (shared filesystem): untouched
+    merge_chunk(tmp_path, relative, 0, b"a\n")  # already here (shared filesystem): untouched
     assert path.read_bytes() == b"a\nb\n"
-    merge_chunk(tmp_path, 3, 0, b"a\nb\nc\n")  # a resent whole shard replaces the copy
+    merge_chunk(tmp_path, relative, 0, b"a\nb\nc\n")  # a resent whole shard replaces the copy
     assert path.read_bytes() == b"a\nb\nc\n"
 
 

@@ -132,7 +132,7 @@ def attach_shard(ctx: Context, run_dir: Path, home_rank: int = 0) -> None:
     """Open this rank's shard in `run_dir` and send its records to `home_rank` as it goes."""
     ctx._writer = ShardWriter(shard_path(run_dir, ctx.rank))
     ctx.home_rank = home_rank
-    ctx.shipper = Shipper(ctx._writer.path, run_dir, ctx.rank, home_rank)
+    ctx.shipper = Shipper([ctx._writer.path], run_dir, ctx.rank, home_rank)
 
 
 def rank_info(ctx: Context) -> dict[str, Any]:

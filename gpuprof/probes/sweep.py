@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from gpuprof.store import (
     start_run,
     update_run_json,
 )
+from gpuprof.telemetry import sampler as telemetry
 
 
 def describe_job(ctx: Context, plan: SweepPlan, run_dir: Path) -> list[str]:
@@ -77,9 +79,30 @@ def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
                 }
             )
         raise PreflightError("; ".join(problems))
-    for probe in plan.probes:
-        module = importlib.import_module(PROBE_MODULES[probe])
-        module.run(ctx, getattr(plan, probe), plan.num_nodes, plan.gpus_per_node)
+    sampler = _start_telemetry(ctx, plan, run_dir)
+    try:
+        for probe in plan.probes:
+            module = importlib.import_module(PROBE_MODULES[probe])
+            module.run(ctx, getattr(plan, probe), plan.num_nodes, plan.gpus_per_node)
+    finally:
+        if sampler is not None:
+            telemetry.stop(sampler)
+    if ctx.shipper is not None:
+        ctx.shipper.ship()  # the telemetry written after the last scope
+
+
+def _start_telemetry(ctx: Context, plan: SweepPlan, run_dir: Path) -> Any:
+    """Local rank 0 starts its node's sampler before the first probe (and ships its file)."""
+    if plan.telemetry_hz <= 0 or ctx.local_rank != 0:
+        return None
+    path = telemetry.telemetry_path(run_dir, ctx.host)
+    proc = telemetry.start(run_dir, ctx.host, plan.telemetry_hz)
+    if ctx.shipper is not None:
+        ctx.shipper.add(path)
+    deadline = time.monotonic() + 10
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first sample lands before the first probe
+    return proc
 
 
 class PreflightError(RuntimeError):

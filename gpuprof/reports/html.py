@@ -13,7 +13,7 @@ from gpuprof.advice import collective_findings, p2p_findings
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.summary import summarize
 from gpuprof.plan import OPS
-from gpuprof.reports.figures import busbw_figure, pair_heatmap
+from gpuprof.reports.figures import busbw_figure, node_figure, pair_heatmap
 from gpuprof.reports.text import table_cells
 from gpuprof.store import Run
 from gpuprof.units import format_size
@@ -138,6 +138,39 @@ def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
     return figures, findings
 
 
+def _telemetry(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
+    """Per-node time series, the NIC-bytes check of inter-node cases, throttling findings."""
+    if "telemetry" not in run.tables():
+        return [], [], []
+    from gpuprof.analysis.health import attribute, case_windows, node_series, probe_spans
+
+    telemetry = run.table("telemetry")
+    tables = {t: run.table(t) for t in run.tables() if t != "telemetry"}
+    spans = probe_spans(tables)
+    figures = [
+        node_figure(node_series(telemetry, str(host)), spans, str(host)).to_html(
+            full_html=False, include_plotlyjs=False,
+            config={"displaylogo": False, "responsive": True})
+        for host in sorted(telemetry["host"].unique())
+    ]
+    attributed = pd.concat([attribute(case_windows(t), telemetry) for t in tables.values()],
+                           ignore_index=True) if tables else pd.DataFrame()
+    ratios: list[list[str]] = []
+    findings: list[str] = []
+    if not attributed.empty:
+        checked = attributed[attributed["expected_tx_bytes"].notna()
+                             & (attributed["duration_s"] >= 0.5)]
+        ratios = [[r["host"], r["scope"], str(r["world_size"]), r["case_id"],
+                   format_size(r["expected_tx_bytes"]), format_size(r["nic_tx_bytes"]),
+                   f"{r['nic_ratio']:.2f}"] for r in checked.to_dict("records")]
+        for r in attributed[attributed["throttled"]].to_dict("records"):
+            findings.append(f"{r['probe']} case {r['case_id']} ({r['scope']}) ran while a GPU "
+                            f"of {r['host']} was throttled (power or thermal clock events): "
+                            "its numbers understate the hardware; check cooling and power "
+                            "limits (nvidia-smi -q -d PERFORMANCE) and rerun.")
+    return figures, ratios, findings
+
+
 def render_report(run: Run) -> str:
     """The report of a run as one HTML string."""
     info = run.info
@@ -152,6 +185,7 @@ def render_report(run: Run) -> str:
     verdict, bad = _verdict(info, summary, run.tables())
     header, rows = table_cells(summary)
     pair_figures, findings = _p2p(run, info)
+    node_figures, nic_ratios, telemetry_findings = _telemetry(run)
     ceilings = []
     for table, title in (("memory", "Memory copy ceilings"), ("compute", "Matmul ceilings")):
         if table in run.tables():
@@ -162,7 +196,9 @@ def render_report(run: Run) -> str:
         world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
         device=info.get("device"), backend=info.get("backend"), status=run.status,
         verdict=verdict, bad=bad, failures=info.get("failures", []),
-        findings=collective_findings(summary, info) + findings, pair_figures=pair_figures,
+        findings=collective_findings(summary, info) + findings + telemetry_findings,
+        node_figures=node_figures,
+        nic_ratios=nic_ratios, pair_figures=pair_figures,
         meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),
         ceilings=ceilings,
         table_header=header, table_rows=rows, skipped=info.get("skipped", []),

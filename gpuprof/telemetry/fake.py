@@ -218,7 +218,7 @@ class FakeNVML:
 
     def nvmlDeviceGetFieldValues(self, gpu: FakeGpu, fields: list[int]) -> list[_Field]:  # noqa: N802
         self._check(gpu, "nvmlDeviceGetFieldValues")
-        kib = int(gpu.nvlink_kib_start + gpu.nvlink_kib_per_s * self._elapsed()) % (1 << 64)
+        kib = (gpu.nvlink_kib_start + int(gpu.nvlink_kib_per_s * self._elapsed())) % (1 << 64)
         return [_Field(fieldId=f, nvmlReturn=0, value=_Value(ullVal=kib)) for f in fields]
 
     def numa_node(self, bus_id: str) -> int | None:

@@ -82,6 +82,7 @@ def run(out: Path, hz: float, host: str, duration_s: float | None = None) -> int
     signal.signal(signal.SIGINT, halt)
     out.parent.mkdir(parents=True, exist_ok=True)
     period, start, count = 1.0 / hz, time.monotonic(), 0
+    parent = os.getppid()
     with out.open("a", encoding="utf-8") as handle:
         last_flush = start
         while not stop["now"] and (duration_s is None or time.monotonic() - start < duration_s):
@@ -91,6 +92,8 @@ def run(out: Path, hz: float, host: str, duration_s: float | None = None) -> int
             if now - last_flush >= 1.0:
                 handle.flush()
                 last_flush = now
+            if os.getppid() != parent:
+                break  # the rank that started us is gone: do not outlive it
             # a fixed schedule, so a slow sample does not lower the rate
             time.sleep(max(0.0, start + count * period - time.monotonic()))
     return count

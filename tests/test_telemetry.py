@@ -1,0 +1,192 @@
+"""Telemetry: NVML through the fake (missing metrics, throttling, counter wrap), host
+counters, the sampler's rate, attribution to cases, and the report section."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuprof import open_run
+from gpuprof.analysis.health import attribute, case_windows, node_series
+from gpuprof.telemetry import sampler
+from gpuprof.telemetry.fake import FakeNVML
+from gpuprof.telemetry.nvml import GpuSampler, counter_delta, decode_reasons
+from tests.conftest import Gp
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_counter_delta_across_wrap_around() -> None:
+    assert counter_delta(10, 25) == 15
+    assert counter_delta(2**64 - 10, 5) == 15
+    assert counter_delta(2**32 - 1, 1, bits=32) == 2
+
+
+def test_fake_gpus_missing_throttled_and_wrapping() -> None:
+    clock = Clock()
+    nvml = FakeNVML.dgx(3)
+    nvml.clock, nvml.t0 = clock, 0.0
+    nvml.gpus[1].clock_reasons = 0x40 | 0x1  # HW thermal slowdown (+ idle, not a slowdown)
+    nvml.gpus[2].unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEccErrors"}
+    nvml.gpus[0].nvlink_kib_start = 2**64 - 50_000_000  # wraps within the first second
+    gpus = GpuSampler(nvml)
+    first = gpus.sample(0)
+    clock.now = 1.0
+    second = gpus.sample(1_000_000_000)
+    assert first[0]["nvlink_tx_gbps"] is None  # no previous sample yet: missing, not zero
+    assert second[0]["nvlink_tx_gbps"] == pytest.approx(100e6 * 1024 / 1e9)  # across the wrap
+    assert second[0]["power_from_energy_w"] == pytest.approx(400.0)
+    assert second[1]["throttled"] is True and second[0]["throttled"] is False
+    assert decode_reasons(second[1]["clock_reasons"]) == ["hw_thermal"]
+    assert second[2]["power_w"] is None and second[2]["ecc_uncorrected"] is None
+    assert second[2]["gpu_util_pct"] == 50.0  # the rest of that GPU still sampled
+
+
+def test_without_nvml_the_sampler_samples_the_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nvml, why = sampler.open_nvml()
+    if nvml is not None:
+        pytest.skip("this machine has NVML")
+    out = tmp_path / "node-x.jsonl"
+    count = sampler.run(out, 10.0, "x", duration_s=2.0)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["source"] for r in rows} >= {"host", "cpu0", "nic:lo"}
+    assert not any(r["source"].startswith("gpu") for r in rows)
+    assert "NVML unavailable" in capsys.readouterr().err and why
+    host_times = [r["t_ns"] for r in rows if r["source"] == "host"]
+    rate = 1e9 / statistics.median(np.diff(host_times))
+    print(f"\nhost samples: {count} in 2 s, median rate {rate:.2f} Hz")
+    assert count >= 18 and rate >= 9.0
+
+
+def _telemetry(throttle_at: float) -> pd.DataFrame:
+    rows = []
+    for i in range(21):  # 2 s at 10 Hz
+        t = int(i * 1e8)
+        rows.append(
+            {
+                "t_ns": t,
+                "host": "h",
+                "source": "nic:eth0",
+                "tx_bytes": 1000 * i,
+                "tx_gbps": 1e-5,
+                "rx_gbps": 1e-5,
+            }
+        )
+        rows.append({"t_ns": t, "host": "h", "source": "nic:lo", "tx_bytes": 10**9 * i})
+        rows.append(
+            {
+                "t_ns": t,
+                "host": "h",
+                "source": "gpu0",
+                "gpu_util_pct": 90.0,
+                "power_w": 300.0,
+                "throttled": t >= throttle_at * 1e9,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _cases() -> pd.DataFrame:
+    base = {
+        "probe": "collectives",
+        "scope": "inter",
+        "world_size": 2,
+        "group": "rail0",
+        "host": "h",
+        "op": "sendrecv",
+        "size_bytes": 100,
+        "warmup_iters": 1,
+        "nwrong": 0,
+    }
+    rows = []
+    for case, (start, end) in {"a": (0.25, 0.75), "b": (1.25, 1.75)}.items():
+        for it in range(3):
+            rows.append(
+                {
+                    **base,
+                    "case_id": case,
+                    "rank": 0,
+                    "group_rank": 0,
+                    "iteration": it,
+                    "start_unix_ns": int(start * 1e9),
+                    "end_unix_ns": int(end * 1e9),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_attribution_interpolates_bytes_and_flags_throttling() -> None:
+    windows = case_windows(_cases())
+    assert windows["expected_tx_bytes"].tolist() == [500.0, 500.0]  # (1 + 1 + 3) x 100
+    out = attribute(windows, _telemetry(throttle_at=1.0)).set_index("case_id")
+    assert out.loc["a", "nic_tx_bytes"] == pytest.approx(5000)  # 0.5 s x 10 kB/s, lo excluded
+    assert out.loc["a", "nic_ratio"] == pytest.approx(10.0)
+    assert not out.loc["a", "throttled"] and out.loc["b", "throttled"]
+    assert out.loc["a", "gpu_util_pct"] == 90.0 and out.loc["a", "power_w"] == 300.0
+
+
+def test_node_series_decimates() -> None:
+    frame = pd.concat([_telemetry(throttle_at=1.0)] * 1)
+    series = node_series(frame, "h", max_points=5)
+    assert len(series) == 5 and series["throttled"].tolist()[-1]
+    assert "network_gbps" in series.columns and "gpu_util_pct" in series.columns
+
+
+def test_sweep_records_telemetry_at_10_hz(tmp_path: Path, gp: Gp) -> None:
+    result = gp(
+        "run",
+        "collectives",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "-o",
+        "all_reduce",
+        "--sizes",
+        "4M",
+        "--budget-ms",
+        "1500",
+        "--min-iters",
+        "3",
+    )
+    assert result.code == 0, result.err
+    run = open_run("latest", tmp_path)
+    telemetry = run.table("telemetry")
+    host = telemetry[telemetry["source"] == "host"].sort_values("t_ns")
+    rate = 1e9 / statistics.median(np.diff(host["t_ns"].to_numpy()))
+    print(f"\nsweep telemetry: {len(host)} host samples, median {rate:.2f} Hz")
+    assert rate >= 9.0 and len(host) >= 10
+    assert "counters during the run" in (run.path / "report.html").read_text()
+    off = gp(
+        "run",
+        "collectives",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "-o",
+        "all_reduce",
+        "--sizes",
+        "4K",
+        "--budget-ms",
+        "5",
+        "--no-telemetry",
+    )
+    assert off.code == 0 and "telemetry" not in open_run("latest", tmp_path).tables()
