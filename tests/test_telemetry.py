@@ -190,3 +190,18 @@ def test_sweep_records_telemetry_at_10_hz(tmp_path: Path, gp: Gp) -> None:
         "--no-telemetry",
     )
     assert off.code == 0 and "telemetry" not in open_run("latest", tmp_path).tables()
+
+
+def test_infiniband_counters_are_4_byte_words(tmp_path: Path) -> None:
+    from gpuprof.telemetry.host import HostSampler, ib_counters
+
+    port = tmp_path / "mlx5_0" / "ports" / "1" / "counters"
+    port.mkdir(parents=True)
+    (port / "port_xmit_data").write_text("1000\n")
+    (port / "port_rcv_data").write_text("250\n")
+    assert ib_counters(tmp_path) == {"mlx5_0/1": (4000, 1000)}
+    host = HostSampler(ib_root=tmp_path)
+    host.sample(0)
+    (port / "port_xmit_data").write_text("1250001000\n")  # +5 GB in 1 s
+    row = next(r for r in host.sample(1_000_000_000) if r["source"] == "ib:mlx5_0/1")
+    assert row["tx_bytes"] == 5_000_004_000 and row["tx_gbps"] == pytest.approx(5.0)

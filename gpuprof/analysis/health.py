@@ -172,18 +172,17 @@ def node_series(telemetry: pd.DataFrame, host: str, max_points: int = 1500) -> p
                 rows[mask].groupby("t_ns")[present].sum(min_count=1).sum(axis=1, min_count=1)
             )
     if "throttled" in rows.columns and gpu.any():
-        parts["throttled"] = (
-            rows[gpu]
-            .groupby("t_ns")["throttled"]
-            .agg(lambda s: bool(s.fillna(False).astype(bool).any()))
-        )
+        flags = rows.loc[gpu, ["t_ns", "throttled"]].copy()
+        flags["throttled"] = flags["throttled"].astype("boolean").fillna(False).astype(bool)
+        parts["throttled"] = flags.groupby("t_ns")["throttled"].any()
     if not parts:
         return pd.DataFrame(columns=["t_ns"])
     series = pd.DataFrame(parts).sort_index()
+    series["t_ns"] = series.index.to_numpy(dtype="float64")
     bucket = np.floor(np.linspace(0, max_points, num=len(series), endpoint=False)).astype(int)
     grouped = series.groupby(bucket)
     out = grouped.mean(numeric_only=True)
-    out["t_ns"] = grouped.apply(lambda g: int(g.index.to_numpy().mean())).to_numpy()
+    out["t_ns"] = out["t_ns"].astype("int64")
     if "throttled" in series.columns:
         out["throttled"] = grouped["throttled"].any().to_numpy()
     return out.reset_index(drop=True)

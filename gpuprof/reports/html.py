@@ -146,6 +146,7 @@ def _telemetry(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
 
     telemetry = run.table("telemetry")
     tables = {t: run.table(t) for t in run.tables() if t != "telemetry"}
+    tables = {t: frame for t, frame in tables.items() if "end_unix_ns" in frame.columns}
     spans = probe_spans(tables)
     figures = [
         node_figure(node_series(telemetry, str(host)), spans, str(host)).to_html(

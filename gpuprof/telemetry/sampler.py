@@ -103,7 +103,7 @@ def _write(handle: IO[str], rows: list[dict[str, Any]]) -> None:
     handle.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
 
 
-def start(run_dir: Path, host: str, hz: float) -> subprocess.Popen[bytes]:
+def start(run_dir: Path, host: str, hz: float, **popen: Any) -> subprocess.Popen[bytes]:
     """Start this node's sampler as a child process."""
     argv = [
         sys.executable,
@@ -116,7 +116,7 @@ def start(run_dir: Path, host: str, hz: float) -> subprocess.Popen[bytes]:
         "--host",
         host,
     ]
-    return subprocess.Popen(argv)
+    return subprocess.Popen(argv, **popen)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
