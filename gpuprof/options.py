@@ -53,6 +53,18 @@ def collectives_options(func: F) -> F:
     )(func)
 
 
+def _iteration_changes(opts: dict[str, Any]) -> dict[str, Any]:
+    """The iteration options the user gave, as parameter fields (shared by every probe)."""
+    changes = {
+        key: opts[key]
+        for key in ("warmup_iters", "min_iters", "max_iters")
+        if opts.get(key) is not None
+    }
+    if opts.get("budget_ms") is not None:
+        changes["budget_s"] = opts["budget_ms"] / 1e3
+    return changes
+
+
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
@@ -68,11 +80,10 @@ def collectives_params(base: CollectivesParams, opts: dict[str, Any]) -> Collect
     if opts.get("modes"):
         both = ("out_of_place", "in_place")
         changes["modes"] = both if opts["modes"] == "both" else (opts["modes"],)
-    for key in ("redop", "warmup_iters", "min_iters", "max_iters", "check"):
+    for key in ("redop", "check"):
         if opts.get(key) is not None:
             changes[key] = opts[key]
-    if opts.get("budget_ms") is not None:
-        changes["budget_s"] = opts["budget_ms"] / 1e3
+    changes.update(_iteration_changes(opts))
     sizes = _sizes(base, opts)
     if sizes is not None:
         changes["sizes"] = tuple(sizes)
@@ -108,11 +119,6 @@ COLLECTIVE_KEYS = (
     "budget_ms",
     "check",
 )
-
-
-def pop_collectives(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Remove the collectives options from a command's kwargs."""
-    return {key: kwargs.pop(key) for key in COLLECTIVE_KEYS}
 
 
 def iteration_options(func: F) -> F:
@@ -160,17 +166,8 @@ def ceiling_params(base: CeilingParams, opts: dict[str, Any], probe: str) -> Cei
         changes["kinds"] = _csv(opts["kinds"])
     if opts.get("matmul_dtypes"):
         changes["dtypes"] = _csv(opts["matmul_dtypes"])
-    for key in ("warmup_iters", "min_iters", "max_iters"):
-        if opts.get(key) is not None:
-            changes[key] = opts[key]
-    if opts.get("budget_ms") is not None:
-        changes["budget_s"] = opts["budget_ms"] / 1e3
+    changes.update(_iteration_changes(opts))
     return replace(base, **changes)
-
-
-def pop_ceilings(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Remove the memory/compute options from a command's kwargs."""
-    return {key: kwargs.pop(key) for key in CEILING_KEYS if key in kwargs}
 
 
 def p2p_options(func: F) -> F:
@@ -191,11 +188,7 @@ def p2p_params(base: P2PParams, opts: dict[str, Any]) -> P2PParams:
         changes["size_bytes"] = parse_size(opts["p2p_bytes"])
     if opts.get("p2p_modes"):
         changes["modes"] = _csv(opts["p2p_modes"])
-    for key in ("warmup_iters", "min_iters", "max_iters"):
-        if opts.get(key) is not None:
-            changes[key] = opts[key]
-    if opts.get("budget_ms") is not None:
-        changes["budget_s"] = opts["budget_ms"] / 1e3
+    changes.update(_iteration_changes(opts))
     return replace(base, **changes)
 
 

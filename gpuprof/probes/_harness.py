@@ -231,6 +231,16 @@ class Budget:
     max_iters: int
     budget_s: float
 
+    @classmethod
+    def of(cls, params: Any) -> Budget:
+        """The budget fields of a probe's parameters."""
+        return cls(
+            warmup_iters=params.warmup_iters,
+            min_iters=params.min_iters,
+            max_iters=params.max_iters,
+            budget_s=params.budget_s,
+        )
+
 
 class _Watchdog:
     """Ends this rank (exit 3) with a failure record when one case outlives its timeout."""

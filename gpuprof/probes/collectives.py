@@ -331,12 +331,7 @@ def run(ctx: Context, params: CollectivesParams, num_nodes: int, gpus_per_node: 
     """Measure every case in every scope of the job (the probe's entry for a sweep)."""
     from gpuprof.plan import scope_groups
 
-    budget = Budget(
-        warmup_iters=params.warmup_iters,
-        min_iters=params.min_iters,
-        max_iters=params.max_iters,
-        budget_s=params.budget_s,
-    )
+    budget = Budget.of(params)
     scopes = make_scopes(ctx, scope_groups(num_nodes, gpus_per_node, params.scopes))
     run_cases(ctx, PROBE, scopes, lambda scope: cases(ctx, scope, params), budget)
 

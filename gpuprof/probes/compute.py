@@ -80,12 +80,7 @@ def _case(ctx: Context, params: CeilingParams, dtype: str) -> Case:
 
 def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int) -> None:
     """Measure matmul throughput per dtype on every rank's device, one device at a time."""
-    budget = Budget(
-        warmup_iters=params.warmup_iters,
-        min_iters=params.min_iters,
-        max_iters=params.max_iters,
-        budget_s=params.budget_s,
-    )
+    budget = Budget.of(params)
     scopes = make_scopes(ctx, device_scopes(ctx.world_size))
     run_cases(ctx, PROBE, scopes, lambda s: [_case(ctx, params, d) for d in params.dtypes], budget)
 

@@ -64,12 +64,7 @@ def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
 def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int) -> None:
     """Measure every copy kind on every rank's device, one device at a time."""
     kinds = [k for k in params.kinds if (k == "host_copy") == (ctx.device.type == "cpu")]
-    budget = Budget(
-        warmup_iters=params.warmup_iters,
-        min_iters=params.min_iters,
-        max_iters=params.max_iters,
-        budget_s=params.budget_s,
-    )
+    budget = Budget.of(params)
     scopes = make_scopes(ctx, device_scopes(ctx.world_size))
     run_cases(ctx, PROBE, scopes, lambda scope: [_case(ctx, params, k) for k in kinds], budget)
 

@@ -116,12 +116,7 @@ def run(ctx: Context, params: P2PParams, num_nodes: int, gpus_per_node: int) -> 
         for a, b in pairs:
             if ctx.rank in (a, b):
                 peers[f"round{index}"] = b if ctx.rank == a else a
-    budget = Budget(
-        warmup_iters=params.warmup_iters,
-        min_iters=params.min_iters,
-        max_iters=params.max_iters,
-        budget_s=params.budget_s,
-    )
+    budget = Budget.of(params)
     scopes = make_scopes(ctx, specs)
     run_cases(ctx, PROBE, scopes, lambda scope: cases(ctx, scope, params, peers), budget)
 
