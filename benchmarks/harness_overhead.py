@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 from gpuprof.launch import free_port
 from gpuprof.plan import CollectivesParams, GroupSpec
 from gpuprof.probes import collectives
-from gpuprof.probes._harness import Budget, Scope, init, run_case
+from gpuprof.probes._harness import Budget, Context, Scope, init, run_case
 from gpuprof.records import read_shard
 from gpuprof.units import format_size, parse_size_list
 
@@ -69,7 +69,9 @@ def gpuprof_case(ctx, scope, size: int, iters: int, warmup: int, rep: int) -> li
     return list(records[-1]["times_us"])
 
 
-def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+def join_world(rank: int, world: int, port: int, out: str, pin: bool) -> tuple[Context, Scope]:
+    """This spawned process as rank `rank` of a gloo world on loopback, one thread, optionally
+    pinned to core `rank`; the world as one scope."""
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),
@@ -79,7 +81,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    if args.pin:
+    if pin:
         os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
     ctx = init(Path(out), "cpu", 300.0)
     ctx.verbose = False
@@ -91,6 +93,11 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         names=("all",),
     )
     scope = Scope(spec=spec, group=None, name="all", group_rank=rank, ranks=tuple(range(world)))
+    return ctx, scope
+
+
+def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+    ctx, scope = join_world(rank, world, port, out, args.pin)
     if rank == 0:
         print(
             f"{'size':>8} {'iters':>5} {'gpuprof_us':>10} {'hand_us':>9} {'pooled':>7}  "

@@ -13,7 +13,6 @@ start-up (target: at most 3% of one core at 10 Hz).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -23,16 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness_overhead import gpuprof_case, slowest_rank_times
+from harness_overhead import gpuprof_case, join_world, slowest_rank_times
 
 from gpuprof.launch import free_port
-from gpuprof.plan import GroupSpec
-from gpuprof.probes._harness import Scope, init
+from gpuprof.probes._harness import Scope
 from gpuprof.telemetry import sampler
 from gpuprof.units import format_size, parse_size_list
 
@@ -56,27 +53,7 @@ def measure(ctx: Any, scope: Scope, size: int, args: argparse.Namespace, on: boo
 
 
 def worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
-    if args.pin:
-        os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
-    ctx = init(Path(args.out), "cpu", 300.0)
-    ctx.verbose = False
-    spec = GroupSpec(
-        scope="global",
-        world_size=world,
-        num_nodes=1,
-        members=(tuple(range(world)),),
-        names=("all",),
-    )
-    scope = Scope(spec=spec, group=None, name="all", group_rank=rank, ranks=tuple(range(world)))
+    ctx, scope = join_world(rank, world, port, args.out, args.pin)
     for size in args.sizes:
         ratios, pooled = [], {True: [], False: []}  # type: ignore[var-annotated]
         for rep in range(args.repeats):
