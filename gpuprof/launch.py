@@ -34,7 +34,7 @@ from typing import IO, Any
 from gpuprof.errors import UsageError
 from gpuprof.plan import SweepPlan
 from gpuprof.records import FAILED_FLAG, RANKS_DIR
-from gpuprof.store import RUN_JSON, consolidate, read_json, run_events, update_run_json
+from gpuprof.store import RUN_JSON, consolidate, read_json, run_events, update_run_json, utc_now
 
 PROGRESS_GRACE_S = 30.0  # beyond the per-case timeout, before a silent job counts as hung
 FAILED_GRACE_S = 3.0  # after a rank reports a failure, before the job is stopped
@@ -498,7 +498,7 @@ def finish_run(
             for s in skipped
             if s.get("group_rank") == 0
         ],
-        finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        finished_utc=utc_now(),
         tables=sorted(tables),
     )
     if print_table:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.env import gpuprof_version
 from gpuprof.errors import RunNotFoundError, UsageError
 from gpuprof.plan import SweepPlan
 from gpuprof.records import FAILED_FLAG, RANKS_DIR, SCHEMA_VERSION, iter_run_records
@@ -92,15 +93,6 @@ def create_run_dir(out: Path, tag: str) -> Path:
             continue
         (path / RANKS_DIR).mkdir()
         return path
-
-
-def _gpuprof_version() -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version("gpuprof")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -229,9 +221,9 @@ def new_run_record(
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_dir.name,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_utc": utc_now(),
         "argv": argv,
-        "gpuprof_version": _gpuprof_version(),
+        "gpuprof_version": gpuprof_version(),
         "launcher": launcher,
         "num_nodes": plan.num_nodes,
         "gpus_per_node": plan.gpus_per_node,
@@ -266,7 +258,7 @@ def prepare_resume(run_dir: Path, argv: list[str]) -> Path:
     info = read_json(run_dir / RUN_JSON)
     attempts = [
         *info.get("attempts", []),
-        {"argv": argv, "completed_before": len(completed), "started_utc": _utc_now()},
+        {"argv": argv, "completed_before": len(completed), "started_utc": utc_now()},
     ]
     # ranks: the new attempt's processes replace the old ones (the launcher watches their pids)
     update_run_json(
@@ -280,7 +272,8 @@ def resume_plan(run_dir: Path) -> SweepPlan:
     return SweepPlan.from_dict(read_json(run_dir / PLAN_JSON))
 
 
-def _utc_now() -> str:
+def utc_now() -> str:
+    """Now, as run.json writes times (ISO 8601, UTC)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 

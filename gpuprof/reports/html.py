@@ -115,10 +115,14 @@ def _figures(summary: pd.DataFrame) -> list[str]:
     order = sorted(zip(pairs["op"], pairs["dtype"], strict=True),
                    key=lambda p: (OPS.index(p[0]) if p[0] in OPS else len(OPS), p[1]))
     for op, dtype in order:
-        fig = busbw_figure(summary, str(op), str(dtype))
-        html.append(fig.to_html(full_html=False, include_plotlyjs=False,
-                                config={"displaylogo": False, "responsive": True}))
+        html.append(_embed(busbw_figure(summary, str(op), str(dtype))))
     return html
+
+
+def _embed(fig: Any) -> str:
+    """A figure as an HTML fragment that uses the page's one copy of plotly.js."""
+    return str(fig.to_html(full_html=False, include_plotlyjs=False,
+                           config={"displaylogo": False, "responsive": True}))
 
 
 def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -127,10 +131,7 @@ def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
         return [], []
     summary = summarize("p2p", run.table("p2p"), info)
     figures = [
-        pair_heatmap(summary, mode).to_html(
-            full_html=False, include_plotlyjs=False,
-            config={"displaylogo": False, "responsive": True},
-        )
+        _embed(pair_heatmap(summary, mode))
         for mode in ("uni", "bidir", "latency")
         if (summary["mode"] == mode).any()
     ]
@@ -149,9 +150,7 @@ def _telemetry(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
     tables = {t: frame for t, frame in tables.items() if "end_unix_ns" in frame.columns}
     spans = probe_spans(tables)
     figures = [
-        node_figure(node_series(telemetry, str(host)), spans, str(host)).to_html(
-            full_html=False, include_plotlyjs=False,
-            config={"displaylogo": False, "responsive": True})
+        _embed(node_figure(node_series(telemetry, str(host)), spans, str(host)))
         for host in sorted(telemetry["host"].unique())
     ]
     attributed = pd.concat([attribute(case_windows(t), telemetry) for t in tables.values()],
