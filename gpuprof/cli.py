@@ -280,6 +280,13 @@ _run_probe_command(
     "Matmul throughput of each device alone per dtype (TFLOP/s, % of peak)."
     "\n\nExample: gpuprof run compute --gpus 8 --matmul-n 8192 --matmul-dtypes bfloat16,float8",
 )
+_run_probe_command(
+    "ddp",
+    "A DDP training step broken down (forward, backward, exposed communication, optimizer) by "
+    "DDP's logging data and by A/B runs, per variant, with weak scaling over world sizes."
+    "\n\nExample: gpuprof run ddp --gpus 8 --model-params 350M --ddp-variants "
+    "default,bucket=100,hook=bf16,accum=4",
+)
 
 
 @cli.command()

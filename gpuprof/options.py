@@ -16,9 +16,10 @@ from gpuprof.plan import (
     P2P_MODES,
     CeilingParams,
     CollectivesParams,
+    DDPParams,
     P2PParams,
 )
-from gpuprof.units import parse_size, parse_size_list, size_range
+from gpuprof.units import parse_count, parse_size, parse_size_list, size_range
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -192,9 +193,51 @@ def p2p_params(base: P2PParams, opts: dict[str, Any]) -> P2PParams:
     return replace(base, **changes)
 
 
+def ddp_options(func: F) -> F:
+    """Options of the DDP probe."""
+    return stack(
+        click.option("--model-params", help="ddp: synthetic model size, e.g. 10M, 350M, 1.3B"),
+        click.option("--hidden", type=int, help="ddp: hidden size (multiple of 64)"),
+        click.option("--layers", type=int, help="ddp: transformer blocks"),
+        click.option("--batch", type=int, help="ddp: sequences per rank per micro-batch"),
+        click.option("--seq", type=int, help="ddp: tokens per sequence"),
+        click.option(
+            "--ddp-variants",
+            help="ddp: variants, the first also at every world size: default, bucket=MB, "
+            "grad_view, static_graph, hook=allreduce|fp16|bf16, accum=K, amp (join with +)",
+        ),
+        click.option(
+            "--scaling/--no-scaling", default=None, help="ddp: weak scaling over world sizes"
+        ),
+    )(func)
+
+
+DDP_KEYS = ("model_params", "hidden", "layers", "batch", "seq", "ddp_variants", "scaling")
+
+
+def ddp_params(base: DDPParams, opts: dict[str, Any]) -> DDPParams:
+    """A suite's DDP parameters overridden by the options given."""
+    changes: dict[str, Any] = {}
+    if opts.get("model_params"):
+        changes["model_params"] = parse_count(opts["model_params"])
+    for key in ("hidden", "layers", "batch", "seq", "scaling"):
+        if opts.get(key) is not None:
+            changes[key] = opts[key]
+    if opts.get("ddp_variants"):
+        changes["variants"] = _csv(opts["ddp_variants"])
+    changes.update(_iteration_changes(opts))
+    return replace(base, **changes)
+
+
 def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Every probe's parameters for a suite and device, with the user's options applied."""
-    from gpuprof.plan import suite_collectives, suite_compute, suite_memory, suite_p2p
+    from gpuprof.plan import (
+        suite_collectives,
+        suite_compute,
+        suite_ddp,
+        suite_memory,
+        suite_p2p,
+    )
 
     coll = {k: opts.get(k) for k in COLLECTIVE_KEYS}
     ceil = {k: opts.get(k) for k in CEILING_KEYS}
@@ -203,21 +246,26 @@ def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any
         "p2p": p2p_params(suite_p2p(suite, device), opts),
         "memory": ceiling_params(suite_memory(suite, device), ceil, "memory"),
         "compute": ceiling_params(suite_compute(suite, device), ceil, "compute"),
+        "ddp": ddp_params(suite_ddp(suite, device), opts),
     }
 
 
 def probe_options(probe: str) -> Callable[[F], F]:
     """The options of one probe, iteration options included."""
-    own = {"collectives": collectives_options, "p2p": p2p_options}.get(probe, ceiling_options)
+    own = {"collectives": collectives_options, "p2p": p2p_options, "ddp": ddp_options}.get(
+        probe, ceiling_options
+    )
     return stack(own, iteration_options)
 
 
 def all_probe_options(func: F) -> F:
     """Every probe's options (for `gpuprof sweep`)."""
-    return stack(collectives_options, p2p_options, ceiling_options, iteration_options)(func)
+    return stack(collectives_options, p2p_options, ceiling_options, ddp_options, iteration_options)(
+        func
+    )
 
 
 def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Remove every probe option from a command's kwargs."""
-    keys = (*COLLECTIVE_KEYS, *P2P_KEYS, *CEILING_KEYS)
+    keys = (*COLLECTIVE_KEYS, *P2P_KEYS, *CEILING_KEYS, *DDP_KEYS)
     return {key: kwargs.pop(key) for key in keys if key in kwargs}

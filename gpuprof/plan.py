@@ -27,13 +27,17 @@ MODES = ("out_of_place", "in_place")
 SCOPES = ("intra", "inter", "rails", "global")
 SUITES = ("quick", "standard", "full")
 DEVICES = ("auto", "cuda", "cpu")
-PROBES = ("collectives", "p2p", "memory", "compute")
+PROBES = ("collectives", "p2p", "memory", "compute", "ddp")
 P2P_MODES = ("uni", "bidir", "latency")
 FULL_PAIRS_MAX_RANKS = 16  # above this, p2p measures pairs in a node plus the rails
 MEMORY_KINDS_CUDA = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
 MEMORY_KINDS_CPU = ("host_copy",)
 MEMORY_KINDS = (*MEMORY_KINDS_CUDA, *MEMORY_KINDS_CPU)
 COMPUTE_DTYPES = ("float32", "tf32", "bfloat16", "float16", "float8")
+
+
+DDP_HOOKS = ("allreduce", "fp16", "bf16")
+DDP_FLAGS = ("grad_view", "static_graph", "amp")
 
 
 def _check_choices(kind: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
@@ -157,6 +161,149 @@ class P2PParams:
         return cls(**fields)
 
 
+def parse_variant(name: str) -> dict[str, Any]:
+    """A DDP variant name -> its settings. Parts joined by '+': `default`, `bucket=MB`,
+    `grad_view`, `static_graph`, `hook=allreduce|fp16|bf16`, `accum=K`, `amp`."""
+    settings: dict[str, Any] = {
+        "bucket_cap_mb": 25.0,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+        "hook": None,
+        "accum": 1,
+        "amp": False,
+    }
+    hint = (
+        "variants: default, bucket=MB, grad_view, static_graph, hook=allreduce|fp16|bf16, "
+        "accum=K, amp; join with + (e.g. bucket=100+hook=bf16)"
+    )
+    for part in name.split("+"):
+        key, _, value = part.strip().partition("=")
+        try:
+            if key == "default" and not value:
+                continue
+            if key == "bucket" and value and float(value) > 0:
+                settings["bucket_cap_mb"] = float(value)
+            elif key == "accum" and value and int(value) >= 1:
+                settings["accum"] = int(value)
+            elif key == "hook" and value in DDP_HOOKS:
+                settings["hook"] = value
+            elif key in DDP_FLAGS and not value:
+                flag = {"grad_view": "gradient_as_bucket_view"}.get(key, key)
+                settings[flag] = True
+            else:
+                raise ValueError(part)
+        except ValueError:
+            raise UsageError(f"unknown DDP variant {name!r} (at {part!r})", hint) from None
+    return settings
+
+
+def model_shape(params: int, hidden: int = 0, layers: int = 0) -> tuple[int, int]:
+    """(hidden, layers) of the synthetic transformer: given, or derived from a parameter count.
+
+    A block has 12 h^2 + 13 h parameters (attention 4 h^2, MLP 8 h^2, biases and norms); the
+    hidden size is the widest multiple of 64 that still leaves at least 4 blocks (at most 8192).
+    """
+
+    def per_block(h: int) -> int:
+        return 12 * h * h + 13 * h
+
+    if hidden and layers:
+        return hidden, layers
+    if not hidden:
+        hidden = 64
+        while hidden < 8192 and 4 * per_block(hidden + 64) <= params:
+            hidden += 64
+    if not layers:
+        layers = max(1, round(params / per_block(hidden)))
+    return hidden, layers
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPParams:
+    """The DDP micro-benchmark: a synthetic transformer of `model_params` parameters (or
+    `hidden` x `layers`), `batch` sequences of `seq` tokens per rank, each variant's steps."""
+
+    model_params: int = 2_000_000
+    hidden: int = 0  # 0: derived from model_params
+    layers: int = 0
+    batch: int = 2
+    seq: int = 64
+    variants: tuple[str, ...] = ("default", "bucket=1", "hook=fp16", "accum=4")
+    scaling: bool = True  # the default variant at every world size (weak scaling)
+    warmup_iters: int = 2
+    min_iters: int = 5
+    max_iters: int = 50
+    budget_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            raise UsageError("no DDP variant given", "e.g. --ddp-variants default,accum=4")
+        for name in self.variants:
+            parse_variant(name)
+        if min(self.batch, self.seq) < 1 or self.model_params < 1:
+            raise UsageError("--batch, --seq and --model-params must be positive")
+        if min(self.hidden, self.layers) < 0 or self.hidden % 64:
+            raise UsageError("--hidden must be a multiple of 64 and --layers positive")
+        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(hidden, layers)."""
+        return model_shape(self.model_params, self.hidden, self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DDPParams:
+        """Inverse of to_dict."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
+
+
+def suite_ddp(suite: str, device: str) -> DDPParams:
+    """A GPU suite trains a 350M-1.3B model; CPU keeps to a few million parameters."""
+    if device == "cuda":
+        variants = (
+            "default",
+            "bucket=5",
+            "bucket=100",
+            "grad_view",
+            "static_graph",
+            "hook=fp16",
+            "hook=bf16",
+            "accum=4",
+            "amp",
+        )
+        size = {"quick": 125_000_000, "standard": 350_000_000, "full": 1_300_000_000}[suite]
+        return DDPParams(
+            model_params=size,
+            batch=8,
+            seq=512,
+            variants=variants,
+            budget_s=2.0 if suite == "quick" else 5.0,
+        )
+    size = {"quick": 2_000_000, "standard": 8_000_000, "full": 25_000_000}[suite]
+    return DDPParams(model_params=size, budget_s=1.0 if suite == "quick" else 3.0)
+
+
+def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupSpec]:
+    """Weak scaling: one rank alone (n=1), each node's 2, 4, .. G ranks, one rank per node,
+    and every rank; without scaling, every rank only."""
+    world = num_nodes * gpus_per_node
+    specs = []
+    if scaling and world > 1:
+        specs.append(
+            GroupSpec(scope="single", world_size=1, num_nodes=1, members=((0,),), names=("rank0",))
+        )
+        specs += scope_groups(num_nodes, gpus_per_node, ("intra", "inter"))
+    return specs + scope_groups(num_nodes, gpus_per_node, ("global",))
+
+
 def suite_p2p(suite: str, device: str) -> P2PParams:
     """Pair bandwidth at a size past the latency-bound range: 256 MiB on GPU, 4-16 MiB on CPU."""
     gpu = device == "cuda"
@@ -263,6 +410,7 @@ class SweepPlan:
     p2p: P2PParams = field(default_factory=P2PParams)
     memory: CeilingParams = field(default_factory=CeilingParams)
     compute: CeilingParams = field(default_factory=CeilingParams)
+    ddp: DDPParams = field(default_factory=DDPParams)
     case_timeout_s: float = 300.0
     telemetry_hz: float = 10.0  # one sampler per node; 0 turns telemetry off
 
@@ -301,6 +449,8 @@ class SweepPlan:
         for probe in ("memory", "compute"):
             if probe in fields:
                 fields[probe] = CeilingParams.from_dict(fields[probe])
+        if "ddp" in fields:
+            fields["ddp"] = DDPParams.from_dict(fields["ddp"])
         return cls(**fields)
 
     def with_device(self, device: str) -> SweepPlan:

@@ -3,7 +3,8 @@
 Each rank appends to `ranks/rank-NNNNN.jsonl` and flushes after every case, so a crash loses at
 most the case in flight. One line per event:
 
-- `case`: one measured case on one rank, with every timed iteration in `times_us`;
+- `case`: one measured case on one rank, with every timed iteration in `times_us` (and, for
+  probes that measure several things per iteration, more per-iteration columns in `series`);
 - `phase`: a case start marker (wall clock, for telemetry attribution and for naming the case a
   dead rank was in);
 - `skip`: a case that was not measured, and why (for example a dtype the backend lacks);
@@ -51,6 +52,7 @@ class CaseRecord:
     params: dict[str, Any]
     times_us: list[float]
     results: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[Any]] = field(default_factory=dict)  # more per-iteration columns
     warmup_iters: int = 0
     start_unix_ns: int = 0
     end_unix_ns: int = 0

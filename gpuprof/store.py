@@ -159,6 +159,10 @@ def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
             col.extend([value] * num)
         cols["iteration"].extend(range(num))
         cols["time_us"].extend(float(t) for t in times)
+        for key, values in (rec.get("series") or {}).items():
+            col = cols[key]
+            col.extend([None] * (start - len(col)))
+            col.extend(values[i] if i < len(values) else None for i in range(num))
         counts[probe] = start + num
     tables = {}
     for probe, cols in columns.items():

@@ -21,6 +21,26 @@ def parse_size(text: str) -> int:
     return number * _SUFFIX[suffix]
 
 
+_COUNT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGB]?)\s*$", re.IGNORECASE)
+_COUNT_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9}
+
+
+def parse_count(text: str) -> int:
+    """Parse a decimal count such as a parameter count: '350M', '1.5B' (= G), '20000'."""
+    match = _COUNT_RE.match(str(text))
+    if not match:
+        raise UsageError(f"invalid count {text!r}", "use a number with K, M or B, e.g. 350M")
+    return int(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).upper()])
+
+
+def format_count(count: float) -> str:
+    """1_500_000 -> '1.5M', 350_000_000 -> '350M', 2e9 -> '2B'."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(count) >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return f"{count:.0f}"
+
+
 def parse_size_list(text: str) -> list[int]:
     """Parse a comma-separated size list such as '1K,1M,64M'."""
     parts = [p for p in str(text).split(",") if p.strip()]

@@ -12,6 +12,9 @@ import pytest
 from gpuprof.cli import main
 
 FAST = ["--sizes", "1K,64K", "--budget-ms", "5", "--min-iters", "3", "--warmup", "1"]
+# the training micro-benchmarks have their own tests; other sweeps leave them out for speed
+BASE_PROBES = ["--probes", "collectives,p2p,memory,compute"]
+TINY_DDP = ["--hidden", "64", "--layers", "2", "--batch", "1", "--seq", "16"]
 
 
 @dataclass
@@ -43,7 +46,9 @@ def gp(capsys: pytest.CaptureFixture[str]) -> Gp:
 
 def sweep_run(out: Path, gpus: int, *extra: str, gp: Gp | None = None) -> tuple[int, Path]:
     """A real quick gloo sweep through the CLI; returns the exit code and the run folder."""
-    args = ["sweep", "--gpus", str(gpus), "--device", "cpu", "--out", str(out), *FAST, *extra]
+    probes = [] if "--probes" in extra else BASE_PROBES
+    args = ["sweep", "--gpus", str(gpus), "--device", "cpu", "--out", str(out), *FAST, *probes]
+    args += extra
     code = gp(*args).code if gp else main(args)
     runs = sorted(p for p in out.iterdir() if p.is_dir())
     return code, runs[-1]

@@ -180,3 +180,63 @@ def test_slow_link_is_flagged(tmp_path: Path) -> None:
     flagged = {(r["rank_a"], r["rank_b"]) for r in pairs[pairs["flagged"]].to_dict("records")}
     assert flagged == {(1, 2)}
     assert "Pair 1-2" in (run.path / "report.html").read_text()
+
+
+def test_ddp_advice_names_the_slow_inter_node_link(tmp_path: Path) -> None:
+    """DDP over 2 emulated nodes joined by a 200 Mbit/s link: communication between nodes is
+    exposed, and the advice says so for the inter scope, with its share of the step."""
+    from gpuprof.advice import ddp_findings
+
+    with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:
+        codes = manual_sweep(
+            cluster,
+            tmp_path,
+            [
+                "--probes",
+                "ddp",
+                "--no-telemetry",
+                "--hidden",
+                "128",
+                "--layers",
+                "2",
+                "--batch",
+                "2",
+                "--seq",
+                "32",
+                "--ddp-variants",
+                "default,accum=4",
+                "--budget-ms",
+                "1000",
+                "--min-iters",
+                "4",
+                "--warmup",
+                "1",
+            ],
+        )
+    assert codes == [0, 0], logs(tmp_path, 2)
+    run = open_run(next((tmp_path / "n0").iterdir()))
+    summary = summarize("ddp", run.table("ddp"), run.info)
+    scopes = set(zip(summary["scope"], summary["world_size"], strict=True))
+    assert scopes == {("single", 1), ("intra", 2), ("inter", 2), ("global", 4)}
+    findings = ddp_findings(summary)
+    inter = [f for f in findings if f.startswith("DDP inter-node (one rank per node) n=2")]
+    assert inter and "exposed communication is" in inter[0] and "% of the step" in inter[0]
+    row = summary[summary["scope"] == "inter"].iloc[0]
+    intra = summary[summary["scope"] == "intra"]
+    assert row["exposed_pct"] > max(20, intra["exposed_pct"].max())
+    print("\n".join(findings))
+    print(
+        summary[
+            [
+                "scope",
+                "world_size",
+                "group",
+                "case_id",
+                "step_us",
+                "exposed_pct",
+                "overlap_log_pct",
+                "overlap_ab_pct",
+                "efficiency",
+            ]
+        ].to_string()
+    )

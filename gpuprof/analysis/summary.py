@@ -8,11 +8,12 @@ import pandas as pd
 
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
+from gpuprof.analysis.ddp import summarize_ddp
 from gpuprof.analysis.p2p import summarize_p2p
 from gpuprof.errors import UsageError
 from gpuprof.hardware import gpu_peaks
 
-SUMMARIZED = ("collectives", "p2p", "memory", "compute")
+SUMMARIZED = ("collectives", "p2p", "memory", "compute", "ddp")
 
 
 def gpu_names(info: dict[str, Any]) -> dict[int, str]:
@@ -49,4 +50,6 @@ def summarize(table: str, frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataF
         return summarize_memory(frame, gpu_names(info))
     if table == "compute":
         return summarize_compute(frame, gpu_names(info))
+    if table == "ddp":
+        return summarize_ddp(frame)
     raise UsageError(f"no summary for table {table!r}", f"tables: {', '.join(SUMMARIZED)}")

@@ -10,4 +10,5 @@ PROBE_MODULES = {
     "p2p": "gpuprof.probes.p2p",
     "memory": "gpuprof.probes.memory",
     "compute": "gpuprof.probes.compute",
+    "ddp": "gpuprof.probes.ddp",
 }

@@ -199,13 +199,20 @@ def make_scopes(ctx: Context, specs: Iterable[GroupSpec]) -> list[Scope | None]:
     return scopes
 
 
+Series = dict[str, list[Any]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
     """A built case: `run` is one timed operation; `check` re-inits inputs, runs once and
-    returns the number of wrong elements on this rank."""
+    returns the number of wrong elements on this rank.
 
-    run: Callable[[], None]
+    A probe whose iteration is several timed parts (a training step) gives `timed` instead:
+    it runs n iterations and returns their times in us and more per-iteration columns."""
+
+    run: Callable[[], None] = lambda: None
     check: Callable[[], int] | None = None
+    timed: Callable[[int], tuple[list[float], Series]] | None = None
 
 
 class Unsupported(Exception):  # noqa: N818 - a signal, not an error
@@ -329,17 +336,23 @@ def iterations_for(budget: Budget, seconds_per_iter: float) -> int:
 
 def measure(
     ctx: Context, scope: Scope, prepared: Prepared, budget: Budget
-) -> tuple[list[float], int | None]:
+) -> tuple[list[float], int | None, Series]:
     """Warm up, check correctness, agree on the iteration count, then time every iteration.
 
     `nwrong` is None when the case has no check: unchecked is missing, never "0 wrong".
     """
-    warm = time_iterations(ctx, prepared.run, max(1, budget.warmup_iters))
+
+    def timed(iters: int) -> tuple[list[float], Series]:
+        if prepared.timed is not None:
+            return prepared.timed(iters)
+        return time_iterations(ctx, prepared.run, iters), {}
+
+    warm, _ = timed(max(1, budget.warmup_iters))
     nwrong = prepared.check() if prepared.check else None
     steady = warm[1:] or warm  # the first call pays for connection setup
     per_iter_s = agreed_max(ctx, sorted(steady)[len(steady) // 2] / 1e6, scope.group)
-    times = time_iterations(ctx, prepared.run, iterations_for(budget, per_iter_s))
-    return times, nwrong
+    times, series = timed(iterations_for(budget, per_iter_s))
+    return times, nwrong, series
 
 
 def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget) -> None:
@@ -351,7 +364,7 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
         start_ns = time.time_ns()
         try:
             prepared = case.build()
-            times, nwrong = measure(ctx, scope, prepared, budget)
+            times, nwrong, series = measure(ctx, scope, prepared, budget)
         except Unsupported as exc:
             ctx.writer.write(skip_record(probe, case.case_id, where, str(exc)))
             return
@@ -366,6 +379,7 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             params=case.params,
             times_us=times,
             results={"nwrong": nwrong},
+            series=series,
             warmup_iters=budget.warmup_iters,
             start_unix_ns=start_ns,
             end_unix_ns=time.time_ns(),

@@ -119,3 +119,73 @@ def node_figure(series: pd.DataFrame, spans: pd.DataFrame, host: str) -> go.Figu
                       template="plotly_white", margin={"l": 60, "r": 20, "t": 60, "b": 40})
     fig.update_xaxes(title_text="seconds since the first sample", row=len(rows) or 1, col=1)
     return fig
+
+
+_LAYOUT = {
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
+    "legend": {"orientation": "h", "y": -0.25},
+    "template": "plotly_white",
+}
+
+
+def case_label(row: pd.Series) -> str:
+    """'global n=4 accum=4', 'intra n=2 node1 default': a DDP case in one line."""
+    label = f"{row['scope']} n={row['world_size']}"
+    if row["group"] not in ("all", "rank0", "rail0"):
+        label += f" {row['group']}"
+    return f"{label} {row['case_id']}"
+
+
+DDP_PARTS = (
+    ("forward_us", "forward", "#4c78a8"),
+    ("backward_compute_us", "backward compute", "#72b7b2"),
+    ("exposed_comm_us", "exposed communication", "#e45756"),
+    ("optimizer_us", "optimizer", "#b279a2"),
+)
+
+
+def ddp_breakdown_figure(summary: pd.DataFrame) -> go.Figure:
+    """Stacked bars of the step (ms) per world size and variant, with the measured step."""
+    labels = [case_label(r) for _, r in summary.iterrows()]
+    fig = go.Figure()
+    for column, name, color in DDP_PARTS:
+        fig.add_trace(go.Bar(x=labels, y=summary[column] / 1e3, name=name, marker_color=color,
+                             hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=summary["rank_step_us"] / 1e3, mode="markers",
+                             name="step (measured)", marker={"symbol": "line-ew-open",
+                                                             "size": 28, "color": "black"},
+                             hovertemplate="step %{y:.2f} ms<extra></extra>"))
+    fig.update_layout(title="DDP step: where the time goes (DDP logging data)",
+                      barmode="stack", yaxis={"title": "ms per step"}, height=420, **_LAYOUT)
+    return fig
+
+
+def ddp_overlap_figure(summary: pd.DataFrame) -> go.Figure:
+    """Share of communication hidden behind backward, by both methods, per case."""
+    rows = summary[summary["overlap_ab_pct"].notna() | summary["overlap_log_pct"].notna()]
+    labels = [case_label(r) for _, r in rows.iterrows()]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=rows["overlap_log_pct"], name="DDP logging data"))
+    fig.add_trace(go.Bar(x=labels, y=rows["overlap_ab_pct"], name="A/B (no_sync, comm only)"))
+    fig.update_layout(title="Communication overlapped with backward (%)", barmode="group",
+                      yaxis={"title": "% of communication", "range": [0, 100]}, height=380,
+                      **_LAYOUT)
+    return fig
+
+
+def scaling_figure(rows: pd.DataFrame) -> go.Figure:
+    """Weak-scaling efficiency against world size, with the ideal line."""
+    fig = go.Figure()
+    for scope, series in rows.groupby("scope", sort=False):
+        fig.add_trace(go.Scatter(
+            x=series["world_size"], y=series["efficiency"], mode="markers+lines",
+            name=str(scope), text=[case_label(r) for _, r in series.iterrows()],
+            hovertemplate="%{text}: %{y:.2f}<extra></extra>"))
+    sizes = sorted(rows["world_size"].unique())
+    fig.add_trace(go.Scatter(x=sizes, y=[1.0] * len(sizes), mode="lines", name="ideal",
+                             line={"dash": "dash", "color": "gray"}))
+    fig.update_layout(title="Weak scaling: samples/s(n) / (n x samples/s(1))",
+                      xaxis={"title": "ranks", "tickvals": sizes, "type": "log"},
+                      yaxis={"title": "efficiency", "rangemode": "tozero"}, height=380,
+                      **_LAYOUT)
+    return fig

@@ -9,11 +9,18 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from gpuprof.advice import collective_findings, p2p_findings
+from gpuprof.advice import collective_findings, ddp_findings, p2p_findings
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.summary import summarize
 from gpuprof.plan import OPS
-from gpuprof.reports.figures import busbw_figure, node_figure, pair_heatmap
+from gpuprof.reports.figures import (
+    busbw_figure,
+    ddp_breakdown_figure,
+    ddp_overlap_figure,
+    node_figure,
+    pair_heatmap,
+    scaling_figure,
+)
 from gpuprof.reports.text import table_cells
 from gpuprof.store import Run
 from gpuprof.units import format_size
@@ -60,6 +67,13 @@ def method_lines(info: dict[str, Any], plan: dict[str, Any] | None) -> list[str]
         "moved (host<->device one direction, device and host copies read plus written); "
         "matmul counts 2n^3 FLOP; % of peak uses datasheet figures (gpuprof/hardware.py), "
         "blank where the hardware is unknown.",
+        "ddp: per step, DDP's own logging data (sample rate 1: forward = forward start to "
+        "first gradient, backward compute = first to last gradient, communication = first "
+        "bucket launched to last done, overlap = the part of it during backward compute, "
+        "exposed = communication - overlap) and A/B runs alternated with it (a twin model "
+        "with a no-op comm hook: step - its step = what the all_reduce costs; the same step "
+        "under no_sync: compute only; the same buckets' all_reduces alone); medians over "
+        "every rank's steps. Weak scaling keeps the batch per rank.",
     ]
 
 
@@ -90,7 +104,7 @@ def _verdict(info: dict[str, Any], summary: pd.DataFrame, tables: list[str]) -> 
     if summary.empty:
         others = [t for t in tables if t != "collectives"]
         if others and status == "complete":
-            return f"Measured {', '.join(others)} on {where}; see the ceilings below.", False
+            return f"Measured {', '.join(others)} on {where}; see the sections below.", False
         return f"No collective was measured (run {status}).", True
     wrong = summary[summary["nwrong"].fillna(0) > 0]
     unchecked = int(summary["nwrong"].isna().sum())
@@ -137,6 +151,36 @@ def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
     ]
     findings = p2p_findings(summary)
     return figures, findings
+
+
+def _ddp(run: Run, info: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The DDP section (breakdown, overlap by both methods, scaling, variants) and findings."""
+    if "ddp" not in run.tables():
+        return None, []
+    from gpuprof.analysis.ddp import scaling, variants
+
+    summary = summarize("ddp", run.table("ddp"), info)
+    if summary.empty:
+        return None, []
+    figures = [_embed(ddp_breakdown_figure(summary))]
+    if summary["overlap_ab_pct"].notna().any() or summary["overlap_log_pct"].notna().any():
+        figures.append(_embed(ddp_overlap_figure(summary)))
+    rows = scaling(summary)
+    if len(rows) > 1:
+        figures.append(_embed(scaling_figure(rows)))
+    best = variants(summary)
+    gains = [[r["case_id"], f"{r['samples_per_s']:.4g}", f"{r['gain_pct']:+.1f}%",
+              f"{r['rank_step_us'] / 1e3:.2f}", f"{r['exposed_pct']:.1f}"
+              if r["exposed_pct"] == r["exposed_pct"] else "-"]
+             for r in best.to_dict("records")]
+    header, cells = table_cells(summary, "ddp")
+    first = summary.iloc[0]
+    model = (f"{first['num_params'] / 1e6:.3g}M-parameter synthetic transformer "
+             f"({first['layers']} blocks, hidden {first['hidden']}), {first['batch']} x "
+             f"{first['seq']} tokens per rank per micro-batch")
+    section = {"figures": figures, "gains": gains, "header": header, "rows": cells,
+               "model": model}
+    return section, ddp_findings(summary)
 
 
 def _telemetry(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
@@ -186,6 +230,7 @@ def render_report(run: Run) -> str:
     header, rows = table_cells(summary)
     pair_figures, findings = _p2p(run, info)
     node_figures, nic_ratios, telemetry_findings = _telemetry(run)
+    ddp, ddp_advice = _ddp(run, info)
     ceilings = []
     for table, title in (("memory", "Memory copy ceilings"), ("compute", "Matmul ceilings")):
         if table in run.tables():
@@ -196,7 +241,9 @@ def render_report(run: Run) -> str:
         world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
         device=info.get("device"), backend=info.get("backend"), status=run.status,
         verdict=verdict, bad=bad, failures=info.get("failures", []),
-        findings=collective_findings(summary, info) + findings + telemetry_findings,
+        findings=collective_findings(summary, info) + findings + ddp_advice
+        + telemetry_findings,
+        ddp=ddp,
         node_figures=node_figures,
         nic_ratios=nic_ratios, pair_figures=pair_figures,
         meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),

@@ -29,6 +29,15 @@ COLUMNS = {
         ("rank", "rank"), ("host", "host"), ("dtype", "type"), ("n", "n"),
         ("time_us", "time_us"), ("tflops", "TFLOP/s"), ("pct_of_peak", "%peak"),
     ],
+    "ddp": [
+        ("scope", "scope"), ("world_size", "n"), ("group", "group"), ("case_id", "variant"),
+        ("step_us", "step_us"), ("forward_us", "fwd_us"), ("backward_compute_us", "bwd_us"),
+        ("exposed_comm_us", "exposed_us"), ("optimizer_us", "optim_us"), ("sum_pct", "sum%"),
+        ("comm_us", "comm_us"), ("overlap_log_pct", "overlap%log"),
+        ("comm_only_us", "comm_only_us"), ("comm_cost_ab_us", "cost_ab_us"),
+        ("overlap_ab_pct", "overlap%ab"), ("headroom_pct", "noop%"),
+        ("samples_per_s", "samples/s"), ("efficiency", "eff"),
+    ],
 }
 
 
@@ -43,8 +52,12 @@ def _cell(column: str, value: object) -> str:
         return format_size(float(value))  # type: ignore[arg-type]
     if column.endswith("_gbps"):
         return f"{float(value):.3f}"  # type: ignore[arg-type]
-    if column.endswith(("_us", "_p99")) or column in ("pct_of_peak", "pct_of_class"):
+    if column.endswith(("_us", "_p99", "_pct")) or column in ("pct_of_peak", "pct_of_class"):
         return f"{float(value):.1f}"  # type: ignore[arg-type]
+    if column == "samples_per_s":
+        return f"{float(value):.4g}"  # type: ignore[arg-type]
+    if column == "efficiency":
+        return f"{float(value):.2f}"  # type: ignore[arg-type]
     if column == "tflops":
         return f"{float(value):.4g}"  # type: ignore[arg-type]
     return str(value)

@@ -1,0 +1,339 @@
+"""DDP micro-benchmark: where a data-parallel training step's time goes, by two methods.
+
+Every case is one DDP variant (bucket size, gradient_as_bucket_view, static_graph, comm hook,
+gradient accumulation, bf16 autocast) of a synthetic transformer in one scope. One iteration
+is a round of four measurements, alternated so drift on a shared machine hits them alike:
+
+1. the DDP step (zero_grad, k micro-batches with the first k-1 under `no_sync`, optimizer),
+   timed by phase; DDP's own logging data (sample rate 1) gives forward, backward compute,
+   backward communication and their overlap for the same step (read one step later: DDP
+   records a step's statistics when the next one starts);
+2. the same step with every micro-batch under `no_sync` (compute only);
+3. the same step on a twin model whose comm hook is `noop_hook`: all of DDP but the
+   all_reduce, so the difference to 1 is what communication costs the step (method A/B);
+4. communication only: the all_reduces of the same buckets (sizes from DDP's logging data),
+   back to back.
+
+Times are wall clock (`perf_counter_ns`), with the device synchronised at each phase edge on
+GPU. The twin model doubles the memory the case needs.
+
+    torchrun --nproc-per-node 8 -m gpuprof.probes.ddp --model-params 350M
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from gpuprof.plan import DDPParams, ddp_scopes, parse_variant
+from gpuprof.probes._harness import (
+    Budget,
+    Case,
+    Context,
+    Prepared,
+    Scope,
+    Series,
+    Unsupported,
+    make_scopes,
+    run_cases,
+)
+
+PROBE = "ddp"
+LOGGING_FIELDS = {  # DDP logging data (ns) -> our column (us)
+    "forward_compute_time": "log_forward_us",
+    "backward_compute_time": "log_backward_compute_us",
+    "backward_comm_time": "log_comm_us",
+    "backward_compute_comm_overlap_time": "log_overlap_us",
+}
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention and a 4x MLP (12 h^2 + 13 h)."""
+
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, 4 * hidden)
+        self.fc2 = nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, h))
+        out: torch.Tensor = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return out
+
+
+def synthetic_model(hidden: int, layers: int, device: torch.device) -> nn.Module:
+    """`layers` blocks of width `hidden` (64 per head) and a final norm, seeded identically
+    on every rank; nothing is downloaded."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1234)
+        blocks = [Block(hidden, max(1, hidden // 64)) for _ in range(layers)]
+        return nn.Sequential(*blocks, nn.LayerNorm(hidden)).to(device)
+
+
+def _hook(name: str | None) -> Callable[..., Any] | None:
+    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
+
+    hooks: dict[str | None, Callable[..., Any] | None] = {
+        None: None,
+        "allreduce": default_hooks.allreduce_hook,
+        "fp16": default_hooks.fp16_compress_hook,
+        "bf16": default_hooks.bf16_compress_hook,
+        "noop": debugging_hooks.noop_hook,
+    }
+    return hooks[name]
+
+
+def _wrap(
+    model: nn.Module, ctx: Context, scope: Scope, settings: dict[str, Any], hook: str | None
+) -> DistributedDataParallel:
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        process_group=scope.group,
+        bucket_cap_mb=settings["bucket_cap_mb"],
+        gradient_as_bucket_view=settings["gradient_as_bucket_view"],
+        static_graph=settings["static_graph"],
+    )
+    fn = _hook(hook)
+    if fn is not None:
+        try:
+            ddp.register_comm_hook(scope.group, fn)
+        except TypeError as exc:  # e.g. the bf16 hook needs NCCL: "not here", not a failure
+            raise Unsupported(f"comm hook {hook}: {exc}") from None
+    return ddp
+
+
+def logging_supported(ddp: DistributedDataParallel) -> bool:
+    """DDP's runtime logging data is a private API: feature-detect it, sample every step."""
+    setter = getattr(ddp, "_set_ddp_runtime_logging_sample_rate", None)
+    if setter is None or not hasattr(ddp, "_get_ddp_logging_data"):
+        return False
+    setter(1)
+    return True
+
+
+def bucket_bytes(data: dict[str, Any]) -> list[int]:
+    """The gradient bucket sizes in bytes from DDP's logging data (rebuilt ones if any)."""
+    text = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or ""
+    return [int(part) for part in str(text).split(",") if part.strip()]
+
+
+def fallback_buckets(model: nn.Module, cap_mb: float) -> list[int]:
+    """Bucket sizes as DDP first builds them (reverse parameter order, 1 MiB first bucket,
+    then `cap_mb`), for torch versions without the logging data."""
+    sizes, current, cap = [], 0, 1 << 20
+    for param in reversed(list(model.parameters())):
+        current += param.numel() * param.element_size()
+        if current >= cap:
+            sizes.append(current)
+            current, cap = 0, int(cap_mb * (1 << 20))
+    return [*sizes, current] if current else sizes
+
+
+class DDPBench:
+    """The models, optimizers, inputs and timers of one DDP case on one rank."""
+
+    def __init__(self, ctx: Context, scope: Scope, params: DDPParams, variant: str) -> None:
+        self.ctx, self.scope = ctx, scope
+        self.settings = parse_variant(variant)
+        self.accum = int(self.settings["accum"])
+        hidden, layers = params.shape
+        cuda = ctx.device.type == "cuda"
+        if self.settings["amp"] and cuda and not torch.cuda.is_bf16_supported():
+            raise Unsupported("bf16 autocast needs a GPU with bfloat16 support")
+        self.amp = self.settings["amp"]
+        self.model = _wrap(
+            synthetic_model(hidden, layers, ctx.device),
+            ctx,
+            scope,
+            self.settings,
+            self.settings["hook"],
+        )
+        self.twin = _wrap(
+            synthetic_model(hidden, layers, ctx.device), ctx, scope, self.settings, "noop"
+        )
+        self.logging = logging_supported(self.model)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-6)
+        self.twin_opt = torch.optim.AdamW(self.twin.parameters(), lr=1e-6)
+        gen = torch.Generator(device=ctx.device).manual_seed(1000 + ctx.rank)
+        self.inputs = torch.randn(
+            self.accum, params.batch, params.seq, hidden, device=ctx.device, generator=gen
+        )
+        self.num_params = sum(p.numel() for p in self.model.parameters())
+        self.comm_buffers: list[torch.Tensor] | None = None
+        self.last_iteration = -1
+
+    def _sync(self) -> None:
+        self.ctx.sync()
+
+    def _clock(self) -> int:
+        self._sync()
+        return time.perf_counter_ns()
+
+    @contextlib.contextmanager
+    def _autocast(self) -> Iterator[None]:
+        if self.amp:
+            with torch.autocast(self.ctx.device.type, dtype=torch.bfloat16):
+                yield
+        else:
+            yield
+
+    def step(
+        self, model: DistributedDataParallel, opt: torch.optim.Optimizer, sync: bool
+    ) -> dict[str, float]:
+        """One training step of `accum` micro-batches; phase times in us. Only the last
+        micro-batch synchronises gradients, and only when `sync`."""
+        start = self._clock()
+        opt.zero_grad(set_to_none=True)
+        times: dict[str, float] = defaultdict(float)
+        for i in range(self.accum):
+            last = sync and i == self.accum - 1
+            with contextlib.nullcontext() if last else model.no_sync():
+                t0 = self._clock()
+                with self._autocast():
+                    loss = model(self.inputs[i]).float().square().mean()
+                t1 = self._clock()
+                loss.backward()
+                t2 = self._clock()
+            part = "sync" if last else "local"
+            times[f"{part}_forward_us"] += (t1 - t0) / 1e3
+            times[f"{part}_backward_us"] += (t2 - t1) / 1e3
+        t3 = self._clock()
+        opt.step()
+        end = self._clock()
+        times["optimizer_us"] = (end - t3) / 1e3
+        times["step_us"] = (end - start) / 1e3
+        return times
+
+    def logged(self) -> dict[str, float | None]:
+        """The previous synchronised step's statistics from DDP's logging data, in us."""
+        empty: dict[str, float | None] = dict.fromkeys(LOGGING_FIELDS.values())
+        if not self.logging:
+            return empty
+        data = self.model._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+        iteration = int(data.get("iteration", -1))
+        if iteration == self.last_iteration or "backward_comm_time" not in data:
+            return empty
+        self.last_iteration = iteration
+        return {
+            ours: float(data[theirs]) / 1e3
+            for theirs, ours in LOGGING_FIELDS.items()
+            if theirs in data
+        }
+
+    def comm_only(self) -> float:
+        """The all_reduces of this variant's buckets alone, back to back; us."""
+        if self.comm_buffers is None:
+            data = (
+                self.model._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+                if self.logging
+                else {}
+            )
+            sizes = bucket_bytes(data) or fallback_buckets(
+                self.model.module, self.settings["bucket_cap_mb"]
+            )
+            dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
+                self.settings["hook"], torch.float32
+            )
+            self.comm_buffers = [
+                torch.ones(max(1, size // 4), dtype=dtype, device=self.ctx.device) for size in sizes
+            ]
+        start = self._clock()
+        works = [
+            dist.all_reduce(buf, group=self.scope.group, async_op=True) for buf in self.comm_buffers
+        ]
+        for work in works:
+            work.wait()
+        return (self._clock() - start) / 1e3
+
+    def timed(self, iters: int) -> tuple[list[float], Series]:
+        """`iters` rounds (DDP step, no_sync step, noop step, comm only) and one more DDP
+        step, whose start makes DDP record the statistics of the last round's step."""
+        times: list[float] = []
+        series: Series = defaultdict(list)
+        previous: dict[str, float] | None = None
+        for i in range(iters + 1):
+            main = self.step(self.model, self.opt, sync=True)
+            logged = self.logged()
+            if previous is not None:
+                times.append(previous.pop("step_us"))
+                for key, value in (*previous.items(), *logged.items()):
+                    series[key].append(value)
+            if i == iters:
+                break
+            previous = dict(main)
+            previous["nosync_step_us"] = self.step(self.model, self.opt, sync=False)["step_us"]
+            previous["noop_step_us"] = self.step(self.twin, self.twin_opt, sync=True)["step_us"]
+            previous["comm_only_us"] = self.comm_only()
+        return times, dict(series)
+
+
+def _case(ctx: Context, scope: Scope, params: DDPParams, variant: str) -> Case:
+    settings = parse_variant(variant)
+    hidden, layers = params.shape
+    samples = params.batch * settings["accum"]
+    case_params: dict[str, Any] = {
+        "variant": variant,
+        **settings,
+        "hidden": hidden,
+        "layers": layers,
+        "batch": params.batch,
+        "seq": params.seq,
+        "samples_per_step": samples,
+    }
+
+    def build() -> Prepared:
+        bench = DDPBench(ctx, scope, params, variant)
+        case_params.update(
+            num_params=bench.num_params, grad_bytes=4 * bench.num_params, ddp_logging=bench.logging
+        )
+        return Prepared(timed=bench.timed)
+
+    return Case(
+        case_id=variant,
+        params=case_params,
+        build=build,
+        describe=f"ddp {variant} n={scope.spec.world_size} ({scope.spec.scope})",
+    )
+
+
+def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> None:
+    """The default variant at every world size (weak scaling), every variant at the largest."""
+    specs = ddp_scopes(num_nodes, gpus_per_node, params.scaling)
+    scopes = make_scopes(ctx, specs)
+    largest = specs[-1]
+
+    def cases(scope: Scope) -> list[Case]:
+        names = params.variants if scope.spec == largest else params.variants[:1]
+        return [_case(ctx, scope, params, name) for name in names]
+
+    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`torchrun ... -m gpuprof.probes.ddp [options]`."""
+    from gpuprof.probes.sweep import standalone_main
+
+    standalone_main(PROBE, argv)
+
+
+if __name__ == "__main__":
+    main()
