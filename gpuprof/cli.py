@@ -287,6 +287,12 @@ _run_probe_command(
     "\n\nExample: gpuprof run ddp --gpus 8 --model-params 350M --ddp-variants "
     "default,bucket=100,hook=bf16,accum=4",
 )
+_run_probe_command(
+    "pipeline",
+    "Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble): per-micro-batch timeline, "
+    "measured bubble against theory over a micro-batch sweep, stage imbalance."
+    "\n\nExample: gpuprof run pipeline --gpus 4 --schedules GPipe,1F1B --micro-batches 4,8,16",
+)
 
 
 @cli.command()
@@ -305,14 +311,14 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
 
     Example: gpuprof show latest --table collectives --format json
     """
-    from gpuprof.analysis.summary import SUMMARIZED, summarize
+    from gpuprof.analysis.summary import SUMMARIZED, summarize_run
     from gpuprof.reports.text import format_table
     from gpuprof.store import open_run
 
     run_obj = open_run(run_spec, out)
     if table not in SUMMARIZED:
         raise UsageError(f"no summary for table {table!r}", f"tables: {', '.join(SUMMARIZED)}")
-    summary = summarize(table, run_obj.table(table), run_obj.info)
+    summary = summarize_run(run_obj, table)
     if fmt == "json":
         click.echo(summary.to_json(orient="records", indent=1))
     elif fmt == "csv":

@@ -508,13 +508,13 @@ def finish_run(
 
 def print_tables(run_dir: Path) -> None:
     """Print the summary of every table of a run (what `gpuprof run` shows)."""
-    from gpuprof.analysis.summary import SUMMARIZED, summarize
+    from gpuprof.analysis.summary import SUMMARIZED, summarize_run
     from gpuprof.reports.text import format_table
     from gpuprof.store import Run
 
     run = Run(run_dir)
     for table in (t for t in SUMMARIZED if t in run.tables()):
-        print(format_table(summarize(table, run.table(table), run.info), table))
+        print(format_table(summarize_run(run, table), table))
 
 
 def plan_device(request: str) -> tuple[str, int]:

@@ -14,10 +14,12 @@ from gpuprof.plan import (
     MEMORY_KINDS,
     OPS,
     P2P_MODES,
+    PIPELINE_SCHEDULES,
     CeilingParams,
     CollectivesParams,
     DDPParams,
     P2PParams,
+    PipelineParams,
 )
 from gpuprof.units import parse_count, parse_size, parse_size_list, size_range
 
@@ -229,6 +231,58 @@ def ddp_params(base: DDPParams, opts: dict[str, Any]) -> DDPParams:
     return replace(base, **changes)
 
 
+def pipeline_options(func: F) -> F:
+    """Options of the pipeline probe."""
+    return stack(
+        click.option("--schedules", help=f"pipeline schedules: {','.join(PIPELINE_SCHEDULES)}"),
+        click.option("--micro-batches", help="pipeline: micro-batch counts, e.g. 4,8,16"),
+        click.option("--pp-hidden", type=int, help="pipeline: layer width"),
+        click.option("--stage-layers", type=int, help="pipeline: Linear+GELU layers per stage"),
+        click.option("--chunks", type=int, help="pipeline: chunks per rank (interleaved, V)"),
+        click.option("--mb-rows", type=int, help="pipeline: rows per micro-batch"),
+        click.option("--stage-weights", help="pipeline: compute per stage, e.g. 1,1,2,1"),
+    )(func)
+
+
+PIPELINE_KEYS = (
+    "schedules",
+    "micro_batches",
+    "pp_hidden",
+    "stage_layers",
+    "chunks",
+    "mb_rows",
+    "stage_weights",
+)
+
+
+def _numbers(text: str, kind: type, option: str) -> tuple[Any, ...]:
+    try:
+        return tuple(kind(part) for part in _csv(text))
+    except ValueError:
+        raise UsageError(f"invalid {option} {text!r}", "give comma-separated numbers") from None
+
+
+def pipeline_params(base: PipelineParams, opts: dict[str, Any]) -> PipelineParams:
+    """A suite's pipeline parameters overridden by the options given."""
+    changes: dict[str, Any] = {}
+    if opts.get("schedules"):
+        changes["schedules"] = _csv(opts["schedules"])
+    if opts.get("micro_batches"):
+        changes["micro_batches"] = _numbers(opts["micro_batches"], int, "--micro-batches")
+    if opts.get("stage_weights"):
+        changes["stage_weights"] = _numbers(opts["stage_weights"], float, "--stage-weights")
+    for key, field in (
+        ("pp_hidden", "hidden"),
+        ("stage_layers", "stage_layers"),
+        ("chunks", "chunks"),
+        ("mb_rows", "mb_rows"),
+    ):
+        if opts.get(key) is not None:
+            changes[field] = opts[key]
+    changes.update(_iteration_changes(opts))
+    return replace(base, **changes)
+
+
 def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Every probe's parameters for a suite and device, with the user's options applied."""
     from gpuprof.plan import (
@@ -237,6 +291,7 @@ def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any
         suite_ddp,
         suite_memory,
         suite_p2p,
+        suite_pipeline,
     )
 
     coll = {k: opts.get(k) for k in COLLECTIVE_KEYS}
@@ -247,14 +302,18 @@ def suite_params(suite: str, device: str, opts: dict[str, Any]) -> dict[str, Any
         "memory": ceiling_params(suite_memory(suite, device), ceil, "memory"),
         "compute": ceiling_params(suite_compute(suite, device), ceil, "compute"),
         "ddp": ddp_params(suite_ddp(suite, device), opts),
+        "pipeline": pipeline_params(suite_pipeline(suite, device), opts),
     }
 
 
 def probe_options(probe: str) -> Callable[[F], F]:
     """The options of one probe, iteration options included."""
-    own = {"collectives": collectives_options, "p2p": p2p_options, "ddp": ddp_options}.get(
-        probe, ceiling_options
-    )
+    own = {
+        "collectives": collectives_options,
+        "p2p": p2p_options,
+        "ddp": ddp_options,
+        "pipeline": pipeline_options,
+    }.get(probe, ceiling_options)
     return stack(own, iteration_options)
 
 
@@ -267,5 +326,5 @@ def all_probe_options(func: F) -> F:
 
 def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Remove every probe option from a command's kwargs."""
-    keys = (*COLLECTIVE_KEYS, *P2P_KEYS, *CEILING_KEYS, *DDP_KEYS)
+    keys = (*COLLECTIVE_KEYS, *P2P_KEYS, *CEILING_KEYS, *DDP_KEYS, *PIPELINE_KEYS)
     return {key: kwargs.pop(key) for key in keys if key in kwargs}

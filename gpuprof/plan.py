@@ -27,7 +27,16 @@ MODES = ("out_of_place", "in_place")
 SCOPES = ("intra", "inter", "rails", "global")
 SUITES = ("quick", "standard", "full")
 DEVICES = ("auto", "cuda", "cpu")
-PROBES = ("collectives", "p2p", "memory", "compute", "ddp")
+PROBES = ("collectives", "p2p", "memory", "compute", "ddp", "pipeline")
+PIPELINE_SCHEDULES = (
+    "GPipe",
+    "1F1B",
+    "Interleaved1F1B",
+    "LoopedBFS",
+    "InterleavedZeroBubble",
+    "ZBVZeroBubble",
+)
+MULTI_CHUNK_SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble")
 P2P_MODES = ("uni", "bidir", "latency")
 FULL_PAIRS_MAX_RANKS = 16  # above this, p2p measures pairs in a node plus the rails
 MEMORY_KINDS_CUDA = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
@@ -304,6 +313,72 @@ def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupS
     return specs + scope_groups(num_nodes, gpus_per_node, ("global",))
 
 
+@dataclass(frozen=True, kw_only=True)
+class PipelineParams:
+    """The pipeline micro-benchmark: every rank one stage of `stage_layers` Linear+GELU layers
+    of width `hidden` (times its `stage_weights` entry), `chunks` model chunks per rank for
+    the multi-chunk schedules (same compute per rank), micro-batches of `mb_rows` rows; each
+    schedule at each number of micro-batches (empty: p, 2p and 4p)."""
+
+    schedules: tuple[str, ...] = (
+        "GPipe",
+        "1F1B",
+        "Interleaved1F1B",
+        "InterleavedZeroBubble",
+        "ZBVZeroBubble",
+    )
+    micro_batches: tuple[int, ...] = ()
+    hidden: int = 1024
+    stage_layers: int = 4
+    chunks: int = 2
+    mb_rows: int = 64
+    stage_weights: tuple[float, ...] = ()
+    warmup_iters: int = 1
+    min_iters: int = 3
+    max_iters: int = 50
+    budget_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_choices("pipeline schedule", self.schedules, PIPELINE_SCHEDULES)
+        if any(m < 1 for m in self.micro_batches):
+            raise UsageError("--micro-batches must be positive, e.g. 4,8,16")
+        if min(self.hidden, self.stage_layers, self.mb_rows) < 1 or self.chunks < 2:
+            raise UsageError(
+                "--pp-hidden, --stage-layers, --mb-rows must be positive and --chunks at least 2"
+            )
+        if any(w <= 0 for w in self.stage_weights):
+            raise UsageError("--stage-weights must be positive, e.g. 1,1,2,1")
+        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
+
+    def micro_batch_counts(self, p: int) -> tuple[int, ...]:
+        """The micro-batch sweep for p stages."""
+        return self.micro_batches or (p, 2 * p, 4 * p)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PipelineParams:
+        """Inverse of to_dict."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
+
+
+def suite_pipeline(suite: str, device: str) -> PipelineParams:
+    """GPU stages of 8 layers of 8192 x 8192 on 2048-row micro-batches. CPU: 1024-wide layers
+    on 64 rows, 4 per stage in the quick suite (~25 ms of forward and backward per
+    micro-batch: gloo's few-ms send/recv still shows in the bubble) and 16 otherwise (~100 ms:
+    the schedule, not the transport, shapes the bubble)."""
+    budget = 1.0 if suite == "quick" else 3.0
+    if device == "cuda":
+        return PipelineParams(hidden=8192, stage_layers=8, mb_rows=2048, budget_s=budget)
+    return PipelineParams(stage_layers=4 if suite == "quick" else 16, budget_s=budget)
+
+
 def suite_p2p(suite: str, device: str) -> P2PParams:
     """Pair bandwidth at a size past the latency-bound range: 256 MiB on GPU, 4-16 MiB on CPU."""
     gpu = device == "cuda"
@@ -411,6 +486,7 @@ class SweepPlan:
     memory: CeilingParams = field(default_factory=CeilingParams)
     compute: CeilingParams = field(default_factory=CeilingParams)
     ddp: DDPParams = field(default_factory=DDPParams)
+    pipeline: PipelineParams = field(default_factory=PipelineParams)
     case_timeout_s: float = 300.0
     telemetry_hz: float = 10.0  # one sampler per node; 0 turns telemetry off
 
@@ -426,6 +502,12 @@ class SweepPlan:
         _check_choices("probe", self.probes, PROBES)
         if self.case_timeout_s <= 0:
             raise UsageError("--timeout must be positive")
+        weights = self.pipeline.stage_weights
+        if "pipeline" in self.probes and weights and len(weights) != self.world_size:
+            raise UsageError(
+                f"--stage-weights has {len(weights)} entries for {self.world_size} stages",
+                "give one weight per rank (pipeline stage)",
+            )
         if not 0 <= self.telemetry_hz <= 1000:
             raise UsageError(f"--telemetry-hz must be between 0 and 1000, got {self.telemetry_hz}")
 
@@ -451,6 +533,8 @@ class SweepPlan:
                 fields[probe] = CeilingParams.from_dict(fields[probe])
         if "ddp" in fields:
             fields["ddp"] = DDPParams.from_dict(fields["ddp"])
+        if "pipeline" in fields:
+            fields["pipeline"] = PipelineParams.from_dict(fields["pipeline"])
         return cls(**fields)
 
     def with_device(self, device: str) -> SweepPlan:

@@ -8,7 +8,9 @@ most the case in flight. One line per event:
 - `phase`: a case start marker (wall clock, for telemetry attribution and for naming the case a
   dead rank was in);
 - `skip`: a case that was not measured, and why (for example a dtype the backend lacks);
-- `failure`: a case that failed on this rank, with the error.
+- `failure`: a case that failed on this rank, with the error;
+- `timeline`: intervals inside a case's iterations (a pipeline step's forward, backward and
+  waits), consolidated into `<probe>_timeline.parquet`.
 """
 
 from __future__ import annotations
@@ -91,6 +93,13 @@ def failure_record(probe: str, case_id: str, where: Where, error: str) -> dict[s
         "unix_ns": time.time_ns(),
         **asdict(where),
     }
+
+
+def timeline_record(
+    probe: str, case_id: str, where: Where, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A `timeline` line: interval rows (iteration, kind, start_us, end_us, ...) of one case."""
+    return {"type": "timeline", "probe": probe, "case_id": case_id, "rows": rows, **asdict(where)}
 
 
 def shard_path(run_dir: Path, rank: int) -> Path:

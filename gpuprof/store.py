@@ -172,6 +172,19 @@ def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def _timeline_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Timeline records -> one row per interval, grouped by probe (`<probe>_timeline`)."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rec in records:
+        if rec.get("type") == "timeline":
+            latest[(*_case_key(rec), rec["rank"])] = rec  # a resumed run may repeat a case
+    frames: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for rec in latest.values():
+        fixed = {k: rec[k] for k in COMMON_COLUMNS if k in rec}
+        frames[f"{rec['probe']}_timeline"].extend({**fixed, **row} for row in rec["rows"])
+    return {name: pd.DataFrame(rows) for name, rows in frames.items()}
+
+
 def run_events(run_dir: Path, since_ns: int = 0) -> dict[str, list[dict[str, Any]]]:
     """The skip and failure records of a run, and each rank's case in flight: a start marker
     with no case, skip or failure record after it (the rank died or hung in that case).
@@ -196,7 +209,9 @@ def consolidate(run_dir: Path) -> dict[str, Path]:
     """Turn the rank shards into `<probe>.parquet` tables and the nodes' samples into
     `telemetry.parquet`; safe to run again after a crash."""
     written = {}
-    for probe, frame in _case_rows(iter_run_records(run_dir)).items():
+    tables = _case_rows(iter_run_records(run_dir))
+    tables.update(_timeline_rows(iter_run_records(run_dir)))
+    for probe, frame in tables.items():
         path = run_dir / f"{probe}.parquet"
         frame.to_parquet(path, index=False)
         written[probe] = path

@@ -10,10 +10,12 @@ from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
 from gpuprof.analysis.ddp import summarize_ddp
 from gpuprof.analysis.p2p import summarize_p2p
+from gpuprof.analysis.pipeline import summarize_pipeline
 from gpuprof.errors import UsageError
 from gpuprof.hardware import gpu_peaks
+from gpuprof.store import Run
 
-SUMMARIZED = ("collectives", "p2p", "memory", "compute", "ddp")
+SUMMARIZED = ("collectives", "p2p", "memory", "compute", "ddp", "pipeline")
 
 
 def gpu_names(info: dict[str, Any]) -> dict[int, str]:
@@ -36,6 +38,14 @@ def collective_pct_of_peak(summary: pd.DataFrame, info: dict[str, Any]) -> pd.Se
         return pd.Series([None] * len(summary), index=summary.index, dtype="object")
     pct = 100 * summary["busbw_gbps"] / link
     return pct.where(summary["num_nodes"] == 1)
+
+
+def summarize_run(run: Run, table: str) -> pd.DataFrame:
+    """The summary of a run's `table`, with the other tables it needs (a pipeline's
+    timeline)."""
+    if table == "pipeline":
+        return summarize_pipeline(run.table("pipeline"), run.table("pipeline_timeline"))
+    return summarize(table, run.table(table), run.info)
 
 
 def summarize(table: str, frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:

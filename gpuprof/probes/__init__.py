@@ -11,4 +11,5 @@ PROBE_MODULES = {
     "memory": "gpuprof.probes.memory",
     "compute": "gpuprof.probes.compute",
     "ddp": "gpuprof.probes.ddp",
+    "pipeline": "gpuprof.probes.pipeline",
 }

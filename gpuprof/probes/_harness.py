@@ -12,6 +12,7 @@ warmup time, agreed across the group (max over ranks) so all ranks run the same 
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import socket
@@ -213,6 +214,7 @@ class Prepared:
     run: Callable[[], None] = lambda: None
     check: Callable[[], int] | None = None
     timed: Callable[[int], tuple[list[float], Series]] | None = None
+    more_records: Callable[[], list[dict[str, Any]]] | None = None  # written after the case
 
 
 class Unsupported(Exception):  # noqa: N818 - a signal, not an error
@@ -359,6 +361,7 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
     """Measure one case on this rank and append its record (or a skip or failure)."""
     where = scope.where(ctx)
     ctx.writer.write(phase_marker(probe, case.case_id, where, "start"))
+    gc.collect()  # the previous case's models and pending work (reference cycles) go now
     assert ctx._watchdog is not None
     with ctx._watchdog.watch(probe, case.case_id, where):
         start_ns = time.time_ns()
@@ -385,6 +388,8 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             end_unix_ns=time.time_ns(),
         )
         ctx.writer.write(record.to_dict())
+        for extra in prepared.more_records() if prepared.more_records else []:
+            ctx.writer.write(extra)
     if scope.group_rank == 0 and ctx.rank == 0:
         median = sorted(times)[len(times) // 2]
         ctx.log(
@@ -412,6 +417,7 @@ def run_cases(
             for case in cases:
                 if (*key, case.case_id) not in ctx.completed:  # --resume: measured already
                     run_case(ctx, probe, scope, case, budget)
+            gc.collect()  # the last case's objects, while its group lives
         dist.barrier()
         if ctx.shipper is not None:
             ctx.shipper.ship()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -165,7 +166,14 @@ def worker_main(argv: list[str] | None = None) -> None:
     except PreflightError as exc:
         ctx.log(f"gpuprof: preflight failed: {exc}")
         sys.exit(1)
+    dist.barrier()  # every rank is done with every group before any tears down
     dist.destroy_process_group()
+    # Everything is written, fsynced and shipped. Skip the interpreter's teardown: a C++
+    # thread left by the pipelining or gloo objects can abort it ("terminate called without
+    # an active exception", seen after pipeline runs) and turn a complete run into a failure.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def preflight(

@@ -189,3 +189,64 @@ def scaling_figure(rows: pd.DataFrame) -> go.Figure:
                       yaxis={"title": "efficiency", "rangemode": "tozero"}, height=380,
                       **_LAYOUT)
     return fig
+
+
+GANTT_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b", "WAIT": "#d0d0d0"}
+GANTT_NAMES = {"F": "forward", "B": "backward", "W": "weight gradient", "WAIT": "send/recv wait"}
+
+
+def gantt_figure(events: pd.DataFrame, title: str) -> go.Figure:
+    """One step of one schedule: a row per rank, a bar per forward, backward, weight-gradient
+    and wait interval (ms from the step's first compute); the gaps are the bubbles."""
+    compute = events[events["kind"] != "WAIT"]
+    origin = float(compute["start_us"].min()) if not compute.empty else 0.0
+    fig = go.Figure()
+    for kind in ("F", "B", "W", "WAIT"):
+        rows = events[events["kind"] == kind]
+        if rows.empty:
+            continue
+        label = [f"stage {s} mb {mb}" if kind != "WAIT" else "wait"
+                 for s, mb in zip(rows["stage"], rows["micro_batch"], strict=True)]
+        fig.add_trace(go.Bar(
+            y=[f"rank {r}" for r in rows["rank"]], x=(rows["end_us"] - rows["start_us"]) / 1e3,
+            base=(rows["start_us"] - origin) / 1e3, orientation="h", name=GANTT_NAMES[kind],
+            marker_color=GANTT_COLORS[kind], text=label if kind != "WAIT" else None,
+            textposition="inside", insidetextanchor="middle",
+            hovertemplate="%{text}: %{base:.2f} to %{x:.2f} ms long<extra>"
+            + GANTT_NAMES[kind] + "</extra>" if kind != "WAIT" else
+            "wait %{x:.2f} ms<extra></extra>"))
+    ranks = sorted(events["rank"].unique(), reverse=True)
+    fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="overlay",
+                      height=230 + 45 * len(ranks),
+                      xaxis={"title": "ms from the step's first forward"},
+                      yaxis={"categoryorder": "array",
+                             "categoryarray": [f"rank {r}" for r in ranks]},
+                      uniformtext={"minsize": 7, "mode": "hide"}, template="plotly_white",
+                      margin={"l": 60, "r": 20, "t": 50, "b": 90},
+                      legend={"orientation": "h", "y": -0.45})
+    return fig
+
+
+def bubble_figure(summary: pd.DataFrame) -> go.Figure:
+    """Measured bubble against the number of micro-batches per schedule, with the theory
+    (dashed) and the schedule simulated with the measured stage times (dotted)."""
+    fig = go.Figure()
+    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#72b7b2"]
+    for i, (schedule, rows) in enumerate(summary.groupby("schedule", sort=False)):
+        rows = rows.sort_values("m")
+        color = palette[i % len(palette)]
+        fig.add_trace(go.Scatter(x=rows["m"], y=rows["bubble_pct"], mode="lines+markers",
+                                 name=f"{schedule} measured", line={"color": color}))
+        if rows["theory_pct"].notna().any():
+            fig.add_trace(go.Scatter(x=rows["m"], y=rows["theory_pct"], mode="lines",
+                                     name=f"{schedule} theory",
+                                     line={"color": color, "dash": "dash"}))
+        fig.add_trace(go.Scatter(x=rows["m"], y=rows["simulated_pct"], mode="lines",
+                                 name=f"{schedule} simulated",
+                                 line={"color": color, "dash": "dot"}, visible="legendonly"))
+    fig.update_layout(title="Pipeline bubble against micro-batches",
+                      xaxis={"title": "micro-batches m",
+                             "tickvals": sorted(summary["m"].unique())},
+                      yaxis={"title": "bubble (% of the step)", "rangemode": "tozero"},
+                      height=420, **_LAYOUT)
+    return fig

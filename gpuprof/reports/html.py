@@ -9,12 +9,14 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from gpuprof.advice import collective_findings, ddp_findings, p2p_findings
+from gpuprof.advice import collective_findings, ddp_findings, p2p_findings, pipeline_findings
 from gpuprof.analysis.bandwidth import summarize_collectives
-from gpuprof.analysis.summary import summarize
+from gpuprof.analysis.summary import summarize_run
 from gpuprof.plan import OPS
 from gpuprof.reports.figures import (
+    bubble_figure,
     busbw_figure,
+    gantt_figure,
     ddp_breakdown_figure,
     ddp_overlap_figure,
     node_figure,
@@ -74,6 +76,13 @@ def method_lines(info: dict[str, Any], plan: dict[str, Any] | None) -> list[str]
         "with a no-op comm hook: step - its step = what the all_reduce costs; the same step "
         "under no_sync: compute only; the same buckets' all_reduces alone); medians over "
         "every rank's steps. Weak scaling keeps the batch per rank.",
+        "pipeline: every forward, backward and weight-gradient call of each stage and every "
+        "send/recv wait timed on each rank (device synchronised around each on GPU), shifted "
+        "to group rank 0's clock by the fastest of 10 ping-pongs (error <= half its round "
+        "trip, column clock_err_us); bubble per rank = 1 - busy / step, step from the first "
+        "forward to the last compute of any rank; theory from REFERENCE.md's formulas; "
+        "simulated = each rank's measured order replayed with the median stage times and "
+        "no communication.",
     ]
 
 
@@ -102,7 +111,8 @@ def _verdict(info: dict[str, Any], summary: pd.DataFrame, tables: list[str]) -> 
     where = f"{info.get('world_size')} rank(s), {info.get('device')}/{info.get('backend')}"
     status = info.get("status")
     if summary.empty:
-        others = [t for t in tables if t != "collectives"]
+        others = [t for t in tables
+                  if t not in ("collectives", "telemetry") and not t.endswith("_timeline")]
         if others and status == "complete":
             return f"Measured {', '.join(others)} on {where}; see the sections below.", False
         return f"No collective was measured (run {status}).", True
@@ -143,7 +153,7 @@ def _p2p(run: Run, info: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Heatmaps per p2p mode, and one finding per flagged (slow) pair."""
     if "p2p" not in run.tables():
         return [], []
-    summary = summarize("p2p", run.table("p2p"), info)
+    summary = summarize_run(run, "p2p")
     figures = [
         _embed(pair_heatmap(summary, mode))
         for mode in ("uni", "bidir", "latency")
@@ -159,7 +169,7 @@ def _ddp(run: Run, info: dict[str, Any]) -> tuple[dict[str, Any] | None, list[st
         return None, []
     from gpuprof.analysis.ddp import scaling, variants
 
-    summary = summarize("ddp", run.table("ddp"), info)
+    summary = summarize_run(run, "ddp")
     if summary.empty:
         return None, []
     figures = [_embed(ddp_breakdown_figure(summary))]
@@ -181,6 +191,44 @@ def _ddp(run: Run, info: dict[str, Any]) -> tuple[dict[str, Any] | None, list[st
     section = {"figures": figures, "gains": gains, "header": header, "rows": cells,
                "model": model}
     return section, ddp_findings(summary)
+
+
+def _pipeline(run: Run) -> tuple[dict[str, Any] | None, list[str]]:
+    """The pipeline section: bubble against m, a Gantt chart per schedule, tables, findings."""
+    if "pipeline" not in run.tables() or "pipeline_timeline" not in run.tables():
+        return None, []
+    from gpuprof.analysis.pipeline import stage_table
+
+    summary = summarize_run(run, "pipeline")
+    if summary.empty:
+        return None, []
+    timeline = run.table("pipeline_timeline")
+    stages = stage_table(run.table("pipeline"), timeline)
+    figures = [_embed(bubble_figure(summary))]
+    for schedule, rows in summary.groupby("schedule", sort=False):
+        rows = rows.sort_values("m")
+        row = rows.iloc[len(rows) // 2]
+        events = timeline[timeline["case_id"] == row["case_id"]]
+        steps = events.groupby("iteration")["end_us"].max() - events.groupby("iteration")[
+            "start_us"].min()
+        median_step = steps.sort_values().index[len(steps) // 2]
+        figures.append(_embed(gantt_figure(
+            events[events["iteration"] == median_step],
+            f"{schedule}: p={row['p']}, m={row['m']}, v={row['v']} (median step; measured "
+            f"bubble {row['bubble_pct']:.1f}%, theory "
+            + (f"{row['theory_pct']:.1f}%)" if row["theory_pct"] == row["theory_pct"]
+               else "n/a)"))))
+    header, cells = table_cells(summary, "pipeline")
+    largest_m = set(summary.sort_values("m").groupby("schedule")["case_id"].last())
+    skipped = [s for s in run.info.get("skipped", []) if s.get("probe") == "pipeline"]
+    section = {"figures": figures, "header": header, "rows": cells,
+               "stages": [[r["case_id"], str(r["rank"]), str(r["layers"]),
+                           f"{r['compute_per_micro_batch'] / 1e3:.2f}",
+                           f"{r['pct_of_mean']:.0f}", str(r["balanced_layers"])]
+                          for r in stages.to_dict("records")
+                          if r["case_id"] in largest_m],
+               "skipped": skipped}
+    return section, pipeline_findings(summary, stages)
 
 
 def _telemetry(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
@@ -218,7 +266,7 @@ def _telemetry(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
 def render_report(run: Run) -> str:
     """The report of a run as one HTML string."""
     info = run.info
-    summary = (summarize("collectives", run.table("collectives"), info)
+    summary = (summarize_run(run, "collectives")
                if "collectives" in run.tables() else summarize_collectives(_empty()))
     plan_path = run.path / "plan.json"
     plan = None
@@ -231,19 +279,21 @@ def render_report(run: Run) -> str:
     pair_figures, findings = _p2p(run, info)
     node_figures, nic_ratios, telemetry_findings = _telemetry(run)
     ddp, ddp_advice = _ddp(run, info)
+    pipeline, pipeline_advice = _pipeline(run)
     ceilings = []
     for table, title in (("memory", "Memory copy ceilings"), ("compute", "Matmul ceilings")):
         if table in run.tables():
-            cells = table_cells(summarize(table, run.table(table), info), table)
+            cells = table_cells(summarize_run(run, table), table)
             ceilings.append({"title": title, "header": cells[0], "rows": cells[1]})
     return _ENV.get_template("report.html.j2").render(
         run_id=info.get("run_id", run.path.name), created=info.get("created_utc", ""),
         world_size=info.get("world_size"), num_nodes=info.get("num_nodes"),
         device=info.get("device"), backend=info.get("backend"), status=run.status,
         verdict=verdict, bad=bad, failures=info.get("failures", []),
-        findings=collective_findings(summary, info) + findings + ddp_advice
+        findings=collective_findings(summary, info) + findings + ddp_advice + pipeline_advice
         + telemetry_findings,
         ddp=ddp,
+        pipeline=pipeline,
         node_figures=node_figures,
         nic_ratios=nic_ratios, pair_figures=pair_figures,
         meta=_meta(info), method=method_lines(info, plan), figures=_figures(summary),

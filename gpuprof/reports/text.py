@@ -38,6 +38,14 @@ COLUMNS = {
         ("overlap_ab_pct", "overlap%ab"), ("headroom_pct", "noop%"),
         ("samples_per_s", "samples/s"), ("efficiency", "eff"),
     ],
+    "pipeline": [
+        ("schedule", "schedule"), ("p", "p"), ("m", "m"), ("v", "v"), ("step_us", "step_us"),
+        ("bubble_pct", "bubble%"), ("bubble_max_pct", "worst%"), ("theory_pct", "theory%"),
+        ("simulated_pct", "sim%"), ("t_f_us", "T_F_us"), ("t_b_us", "T_B_us"),
+        ("t_w_us", "T_W_us"), ("wait_us", "wait_us"), ("imbalance_pct", "imbal%"),
+        ("bottleneck_rank", "slowest"), ("model_step_us", "model_us"),
+        ("model_error_pct", "model_err%"), ("clock_error_us", "clock_err_us"),
+    ],
 }
 
 

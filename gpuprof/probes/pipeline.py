@@ -1,0 +1,285 @@
+"""Pipeline micro-benchmark: torch.distributed.pipelining schedules, timed per micro-batch.
+
+Every rank of the job is one pipeline stage (p = world size); the multi-chunk schedules
+(Interleaved1F1B, LoopedBFS, InterleavedZeroBubble: stage s on rank s mod p; ZBVZeroBubble:
+the V shape, rank r holds stages r and 2p-1-r) split the same layers into `chunks` chunks per
+rank, so every schedule does the same compute. A stage is `stage_layers` x (Linear + GELU)
+times its `--stage-weights` entry (a deliberate imbalance).
+
+One iteration is one `schedule.step()` of m micro-batches after a barrier. Every forward
+(F), backward (B: the full backward, or the input-gradient part in zero-bubble schedules)
+and weight-gradient (W) call of each stage is timed by wrapping the stage's methods, and every
+wait for a send/recv by wrapping the schedules' wait helper; on GPU the device is synchronised
+around each, so a kernel's time is its own. Intervals are on each rank's monotonic clock
+shifted to group rank 0's: the offset comes from 10 ping-pongs with rank 0 (the one with the
+shortest round trip), and its error is at most half that round trip (recorded per rank).
+
+    torchrun --nproc-per-node 4 -m gpuprof.probes.pipeline --schedules GPipe,1F1B
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gpuprof.plan import MULTI_CHUNK_SCHEDULES, PipelineParams, scope_groups
+from gpuprof.probes._harness import (
+    Budget,
+    Case,
+    Context,
+    Prepared,
+    Scope,
+    Series,
+    Unsupported,
+    make_scopes,
+    run_cases,
+)
+from gpuprof.records import timeline_record
+
+PROBE = "pipeline"
+V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
+PING_ROUNDS = 10
+
+
+def stage_indices(schedule: str, rank: int, p: int, v: int) -> list[int]:
+    """The stages rank `rank` holds: one for GPipe/1F1B; looped (s mod p) or V-shaped."""
+    if schedule not in MULTI_CHUNK_SCHEDULES:
+        return [rank]
+    if schedule in V_SHAPED:
+        return [rank, 2 * p - 1 - rank]
+    return [rank + i * p for i in range(v)]
+
+
+def chunk_layers(params: PipelineParams, rank: int, v: int) -> int:
+    """Layers per model chunk on `rank`: its weighted share of `stage_layers`, split in v."""
+    weight = params.stage_weights[rank] if params.stage_weights else 1.0
+    return max(1, round(params.stage_layers * weight / v))
+
+
+def _chunk(hidden: int, layers: int, seed: int, device: torch.device) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        blocks: list[nn.Module] = []
+        for _ in range(layers):
+            blocks += [nn.Linear(hidden, hidden), nn.GELU()]
+        return nn.Sequential(*blocks).to(device)
+
+
+def clock_offset(ctx: Context, scope: Scope) -> tuple[float, float]:
+    """(offset, error) in us that map this rank's perf_counter onto group rank 0's: Cristian's
+    method, the ping-pong with the shortest round trip; error <= half that round trip."""
+    buf = torch.zeros(1, dtype=torch.float64, device=ctx.device)
+    root = scope.ranks[0]
+    if ctx.rank == root:
+        for peer in scope.ranks[1:]:
+            for _ in range(PING_ROUNDS):
+                dist.recv(buf, peer, group=scope.group)
+                buf.fill_(time.perf_counter_ns() / 1e3)
+                dist.send(buf, peer, group=scope.group)
+        return 0.0, 0.0
+    best = (float("inf"), 0.0)
+    for _ in range(PING_ROUNDS):
+        t0 = time.perf_counter_ns() / 1e3
+        dist.send(buf, root, group=scope.group)
+        dist.recv(buf, root, group=scope.group)
+        t1 = time.perf_counter_ns() / 1e3
+        best = min(best, (t1 - t0, float(buf.item()) - (t0 + t1) / 2))
+    return best[1], best[0] / 2
+
+
+class PipelineBench:
+    """One schedule at one micro-batch count on one rank: stages, inputs, timers."""
+
+    def __init__(
+        self, ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: int
+    ) -> None:
+        from torch.distributed.pipelining import PipelineStage, schedules
+
+        cls = getattr(schedules, f"Schedule{schedule}", None)
+        if cls is None:
+            raise Unsupported(f"torch {torch.__version__} has no Schedule{schedule}")
+        self.ctx, self.scope, self.m = ctx, scope, m
+        p = scope.spec.world_size
+        self.v = params.chunks if schedule in MULTI_CHUNK_SCHEDULES else 1
+        rank = scope.group_rank
+        self.stage_ids = stage_indices(schedule, rank, p, self.v)
+        num_stages = p * self.v
+        layers = chunk_layers(params, rank, self.v)
+        self.stages = [
+            PipelineStage(
+                _chunk(params.hidden, layers, 100 + s, ctx.device),
+                s,
+                num_stages,
+                ctx.device,
+                group=scope.group,
+            )
+            for s in self.stage_ids
+        ]
+        self.events: list[dict[str, Any]] = []
+        self.iteration = 0
+        for stage in self.stages:
+            self._wrap(stage)
+
+        def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return ((output - target) ** 2).mean()
+
+        stage_arg: Any = self.stages if self.v > 1 else self.stages[0]
+        try:
+            self.schedule = cls(stage_arg, n_microbatches=m, loss_fn=loss_fn)
+        except (ValueError, AssertionError, NotImplementedError) as exc:
+            raise Unsupported(f"{schedule} with p={p}, m={m}, v={self.v}: {exc}") from None
+        gen = torch.Generator(device=ctx.device).manual_seed(7)
+        rows = m * params.mb_rows
+        self.first = 0 in self.stage_ids
+        self.last = num_stages - 1 in self.stage_ids
+        self.inputs = torch.randn(rows, params.hidden, device=ctx.device, generator=gen)
+        self.target = torch.zeros(rows, params.hidden, device=ctx.device)
+        self.offset_us, self.offset_error_us = clock_offset(ctx, scope)
+        self.layers = layers
+
+    def _now(self) -> float:
+        self.ctx.sync()
+        return time.perf_counter_ns() / 1e3 + self.offset_us
+
+    def _record(self, kind: str, stage: int, micro_batch: int, start: float) -> None:
+        self.events.append(
+            {
+                "iteration": self.iteration,
+                "kind": kind,
+                "stage": stage,
+                "micro_batch": micro_batch,
+                "start_us": start,
+                "end_us": self._now(),
+            }
+        )
+
+    def _wrap(self, stage: Any) -> None:
+        def timed(name: str, kind: Callable[[dict[str, Any]], str]) -> None:
+            original = getattr(stage, name)
+
+            def call(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+                start = self._now()
+                out = original(chunk_id, *args, **kwargs)
+                self._record(kind(kwargs), stage.stage_index, chunk_id, start)
+                return out
+
+            setattr(stage, name, call)
+
+        timed("forward_one_chunk", lambda kw: "F")
+        timed("backward_one_chunk", lambda kw: "B")
+        timed("backward_weight_one_chunk", lambda kw: "W")
+
+    @contextlib.contextmanager
+    def _timed_waits(self) -> Iterator[None]:
+        """Time the schedules' waits for sends and receives (module-level helper)."""
+        from torch.distributed.pipelining import schedules
+
+        original = schedules._wait_batch_p2p
+
+        def wait(work: Any) -> None:
+            start = self._now()
+            original(work)
+            if work:
+                self._record("WAIT", -1, -1, start)
+
+        schedules._wait_batch_p2p = wait
+        try:
+            yield
+        finally:
+            schedules._wait_batch_p2p = original
+
+    def _step(self) -> None:
+        args = (self.inputs,) if self.first else ()
+        if self.last:
+            losses: list[torch.Tensor] = []
+            self.schedule.step(*args, target=self.target, losses=losses)
+        else:
+            self.schedule.step(*args)
+
+    def timed(self, iters: int) -> tuple[list[float], Series]:
+        """`iters` steps, each after a barrier; step wall times and per-step busy time."""
+        self.events = []
+        times: list[float] = []
+        with self._timed_waits():
+            for i in range(iters):
+                self.iteration = i
+                dist.barrier(group=self.scope.group)
+                start = self._now()
+                self._step()
+                times.append(self._now() - start)
+        return times, {}
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """The last measured steps' intervals, as one timeline record."""
+        return [timeline_record(PROBE, self.case_id, self.scope.where(self.ctx), self.events)]
+
+    case_id = ""
+
+
+def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: int) -> Case:
+    p = scope.spec.world_size
+    v = params.chunks if schedule in MULTI_CHUNK_SCHEDULES else 1
+    case_id = f"{schedule}.m{m}"
+    case_params: dict[str, Any] = {
+        "schedule": schedule,
+        "p": p,
+        "m": m,
+        "v": v,
+        "hidden": params.hidden,
+        "mb_rows": params.mb_rows,
+        "stage_layers": params.stage_layers,
+        "stage_weight": params.stage_weights[scope.group_rank] if params.stage_weights else 1.0,
+    }
+
+    def build() -> Prepared:
+        if p < 2:
+            raise Unsupported("a pipeline needs at least 2 ranks")
+        bench = PipelineBench(ctx, scope, params, schedule, m)
+        bench.case_id = case_id
+        case_params.update(
+            stages=bench.stage_ids,
+            chunk_layers=bench.layers,
+            clock_offset_us=bench.offset_us,
+            clock_error_us=bench.offset_error_us,
+        )
+        return Prepared(timed=bench.timed, more_records=bench.timeline)
+
+    return Case(
+        case_id=case_id,
+        params=case_params,
+        build=build,
+        describe=f"pipeline {schedule} p={p} m={m} v={v}",
+    )
+
+
+def run(ctx: Context, params: PipelineParams, num_nodes: int, gpus_per_node: int) -> None:
+    """Every schedule at every micro-batch count, all ranks as one pipeline."""
+    specs = scope_groups(num_nodes, gpus_per_node, ("global",))
+    scopes = make_scopes(ctx, specs)
+    p = ctx.world_size
+
+    def cases(scope: Scope) -> list[Case]:
+        return [
+            _case(ctx, scope, params, schedule, m)
+            for schedule in params.schedules
+            for m in params.micro_batch_counts(p)
+        ]
+
+    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`torchrun ... -m gpuprof.probes.pipeline [options]`."""
+    from gpuprof.probes.sweep import standalone_main
+
+    standalone_main(PROBE, argv)
+
+
+if __name__ == "__main__":
+    main()

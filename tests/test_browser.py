@@ -1,0 +1,89 @@
+"""The report in a real browser (headless Chromium): every figure draws, Gantt charts included.
+
+Marker `browser` (not in the default run): `pytest -m browser`; skipped where no chromium.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuprof.plan import PIPELINE_SCHEDULES
+from tests.conftest import TINY_DDP, Gp
+
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+    None,
+)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install chromium)"),
+]
+
+
+def rendered_dom(report: Path) -> str:
+    """The report's DOM after its scripts ran (plotly draws an svg per figure)."""
+    assert CHROMIUM is not None
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
+    result = gp(
+        "sweep",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path,
+        "--probes",
+        "ddp,pipeline",
+        "--no-telemetry",
+        *TINY_DDP,
+        "--ddp-variants",
+        "default,accum=2",
+        "--pp-hidden",
+        "128",
+        "--stage-layers",
+        "2",
+        "--mb-rows",
+        "8",
+        "--micro-batches",
+        "2,4",
+        "--schedules",
+        ",".join(PIPELINE_SCHEDULES),
+        "--budget-ms",
+        "50",
+        "--min-iters",
+        "2",
+        "--warmup",
+        "1",
+    )
+    assert result.code == 0, result.err
+    report = next(tmp_path.iterdir()) / "report.html"
+    dom = rendered_dom(report)
+    figures = dom.count('class="plotly-graph-div')
+    drawn = len(re.findall(r'<svg class="main-svg"', dom))
+    gantts = dom.count("(median step; measured bubble")
+    assert figures >= 4 + len(PIPELINE_SCHEDULES) - 1, figures  # ddp 3+, bubble, gantts
+    assert drawn >= figures, (drawn, figures)  # plotly drew every figure (2 svgs each)
+    assert gantts >= len(PIPELINE_SCHEDULES) - 1  # every schedule the world allows
