@@ -319,9 +319,14 @@ def probe_options(probe: str) -> Callable[[F], F]:
 
 def all_probe_options(func: F) -> F:
     """Every probe's options (for `gpuprof sweep`)."""
-    return stack(collectives_options, p2p_options, ceiling_options, ddp_options, iteration_options)(
-        func
-    )
+    return stack(
+        collectives_options,
+        p2p_options,
+        ceiling_options,
+        ddp_options,
+        pipeline_options,
+        iteration_options,
+    )(func)
 
 
 def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:

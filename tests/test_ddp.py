@@ -76,3 +76,35 @@ def test_bad_ddp_options_fail_in_one_line(tmp_path: Path, gp: Gp) -> None:
         assert result.code == 2 and message in result.err, result.err
         assert len(result.err.strip().splitlines()) <= 2
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_every_variant_runs_or_says_why_not(tmp_path: Path, gp: Gp) -> None:
+    variants = "static_graph+accum=2,grad_view,hook=allreduce,hook=bf16,amp,bucket=1+hook=fp16"
+    result = gp(
+        "run",
+        "ddp",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path,
+        "--no-telemetry",
+        *TINY_DDP,
+        "--ddp-variants",
+        variants,
+        "--no-scaling",
+        "--budget-ms",
+        "100",
+        "--min-iters",
+        "2",
+        "--warmup",
+        "1",
+    )
+    assert result.code == 0, result.err
+    run = open_run(tmp_path / "0001_ddp")
+    measured = set(run.table("ddp")["case_id"])
+    skipped = {s["case_id"]: s["reason"] for s in run.info["skipped"]}
+    assert measured | set(skipped) == set(variants.split(","))
+    assert set(skipped) <= {"hook=bf16"}  # gloo has no bf16 hook: NCCL only
+    assert all("comm hook bf16" in reason for reason in skipped.values())

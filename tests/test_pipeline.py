@@ -108,3 +108,36 @@ def test_one_rank_is_skipped_and_bad_weights_refused(tmp_path: Path, gp: Gp) -> 
     ):
         bad = gp("run", "pipeline", "--out", tmp_path / "bad", *SMALL, *args)
         assert bad.code == 2 and message in bad.err, bad.err
+
+
+def test_sweep_takes_every_probe_option(tmp_path: Path, gp: Gp) -> None:
+    result = gp(
+        "sweep",
+        "--dry-run",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path,
+        "--pp-hidden",
+        "128",
+        "--stage-weights",
+        "1,2",
+        "--schedules",
+        "GPipe",
+        "--hidden",
+        "64",
+        "--layers",
+        "2",
+        "--ddp-variants",
+        "default,accum=2",
+        "--p2p-bytes",
+        "1M",
+        "--matmul-n",
+        "64",
+        "-o",
+        "all_reduce",
+    )
+    assert result.code == 0, result.err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())

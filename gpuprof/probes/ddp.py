@@ -180,6 +180,12 @@ class DDPBench:
         self.num_params = sum(p.numel() for p in self.model.parameters())
         self.comm_buffers: list[torch.Tensor] | None = None
         self.last_iteration = -1
+        if self.settings["static_graph"]:
+            # static_graph records the graph in the first iteration, which must synchronise
+            # (a first micro-batch under no_sync trips an internal assert in the reducer)
+            for model, opt in ((self.model, self.opt), (self.twin, self.twin_opt)):
+                model(self.inputs[0]).float().square().mean().backward()
+                opt.zero_grad(set_to_none=True)
 
     def _sync(self) -> None:
         self.ctx.sync()
