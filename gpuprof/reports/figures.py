@@ -165,8 +165,10 @@ def ddp_overlap_figure(summary: pd.DataFrame) -> go.Figure:
     rows = summary[summary["overlap_ab_pct"].notna() | summary["overlap_log_pct"].notna()]
     labels = [case_label(r) for _, r in rows.iterrows()]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=rows["overlap_log_pct"], name="DDP logging data"))
-    fig.add_trace(go.Bar(x=labels, y=rows["overlap_ab_pct"], name="A/B (no_sync, comm only)"))
+    for column, name in (("overlap_log_pct", "DDP logging data"),
+                         ("overlap_ab_pct", "A/B (noop hook, buckets alone)")):
+        fig.add_trace(go.Bar(x=labels, y=rows[column], name=name, texttemplate="%{y:.0f}%",
+                             textposition="outside", cliponaxis=False))
     fig.update_layout(title="Communication overlapped with backward (%)", barmode="group",
                       yaxis={"title": "% of communication", "range": [0, 100]}, height=380,
                       **_LAYOUT)
@@ -176,10 +178,15 @@ def ddp_overlap_figure(summary: pd.DataFrame) -> go.Figure:
 def scaling_figure(rows: pd.DataFrame) -> go.Figure:
     """Weak-scaling efficiency against world size, with the ideal line."""
     fig = go.Figure()
+    worst = rows.groupby("world_size")["efficiency"].min()
+    fig.add_trace(go.Scatter(x=worst.index, y=worst.to_numpy(), mode="lines",
+                             name="lowest at each size", line={"color": "#4c78a8"},
+                             hoverinfo="skip"))
     for scope, series in rows.groupby("scope", sort=False):
         fig.add_trace(go.Scatter(
-            x=series["world_size"], y=series["efficiency"], mode="markers+lines",
-            name=str(scope), text=[case_label(r) for _, r in series.iterrows()],
+            x=series["world_size"], y=series["efficiency"], mode="markers",
+            marker={"size": 10}, name=str(scope),
+            text=[case_label(r) for _, r in series.iterrows()],
             hovertemplate="%{text}: %{y:.2f}<extra></extra>"))
     sizes = sorted(rows["world_size"].unique())
     fig.add_trace(go.Scatter(x=sizes, y=[1.0] * len(sizes), mode="lines", name="ideal",
