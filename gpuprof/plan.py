@@ -7,7 +7,7 @@ JSON (`plan.json` in the run folder), so the rank side measures exactly what the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpuprof.errors import UsageError
 from gpuprof.units import parse_size, size_range
@@ -49,6 +49,36 @@ DDP_HOOKS = ("allreduce", "fp16", "bf16")
 DDP_FLAGS = ("grad_view", "static_graph", "amp")
 
 
+ParamsT = TypeVar("ParamsT", bound="ProbeParams")
+
+
+class ProbeParams:
+    """What every probe's parameters share: the iteration fields' check and the JSON form
+    (`plan.json`: lists come back as tuples)."""
+
+    warmup_iters: int
+    min_iters: int
+    max_iters: int
+
+    def _check_iterations(self, hint: str | None = None) -> None:
+        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise UsageError(
+                "iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters", hint
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(cast(Any, self))  # every subclass is a dataclass
+
+    @classmethod
+    def from_dict(cls: type[ParamsT], data: dict[str, Any]) -> ParamsT:
+        """Inverse of to_dict (lists become tuples)."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
+
+
 def _check_choices(kind: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
     if not values:
         raise UsageError(f"no {kind} given", f"choose from {', '.join(allowed)}")
@@ -58,7 +88,7 @@ def _check_choices(kind: str, values: tuple[str, ...], allowed: tuple[str, ...])
 
 
 @dataclass(frozen=True, kw_only=True)
-class CollectivesParams:
+class CollectivesParams(ProbeParams):
     """What the collectives probe measures and how long it may spend on each case."""
 
     ops: tuple[str, ...] = OPS
@@ -81,29 +111,13 @@ class CollectivesParams:
         _check_choices("reduce op", (self.redop,), REDOPS)
         if not self.sizes or min(self.sizes) <= 0:
             raise UsageError("sizes must be positive", "e.g. --sizes 1K,1M,64M")
-        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
-            raise UsageError(
-                "iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters",
-                "check --warmup, --min-iters and --max-iters",
-            )
+        self._check_iterations("check --warmup, --min-iters and --max-iters")
         if self.budget_s <= 0:
             raise UsageError("--budget-ms must be positive")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CollectivesParams:
-        """Inverse of to_dict (lists become tuples)."""
-        fields: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
-        }
-        return cls(**fields)
-
 
 @dataclass(frozen=True, kw_only=True)
-class CeilingParams:
+class CeilingParams(ProbeParams):
     """Memory copies (`kinds`, `size_bytes`) or matmuls (`dtypes`, `n` = M = N = K): one
     device at a time, each alone (no contention), like nvbandwidth's defaults."""
 
@@ -121,24 +135,11 @@ class CeilingParams:
         _check_choices("matmul dtype", self.dtypes, COMPUTE_DTYPES)
         if self.size_bytes <= 0 or self.n <= 0:
             raise UsageError("--size must be positive")
-        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
-            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CeilingParams:
-        """Inverse of to_dict."""
-        fields: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
-        }
-        return cls(**fields)
+        self._check_iterations()
 
 
 @dataclass(frozen=True, kw_only=True)
-class P2PParams:
+class P2PParams(ProbeParams):
     """Point-to-point: bandwidth at `size_bytes` (uni- and bidirectional) and ping-pong latency
     at `latency_bytes`, for every pair of ranks in rounds of disjoint pairs."""
 
@@ -154,20 +155,7 @@ class P2PParams:
         _check_choices("p2p mode", self.modes, P2P_MODES)
         if self.size_bytes <= 0 or self.latency_bytes <= 0:
             raise UsageError("p2p sizes must be positive")
-        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
-            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> P2PParams:
-        """Inverse of to_dict."""
-        fields: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
-        }
-        return cls(**fields)
+        self._check_iterations()
 
 
 def parse_variant(name: str) -> dict[str, Any]:
@@ -228,7 +216,7 @@ def model_shape(params: int, hidden: int = 0, layers: int = 0) -> tuple[int, int
 
 
 @dataclass(frozen=True, kw_only=True)
-class DDPParams:
+class DDPParams(ProbeParams):
     """The DDP micro-benchmark: a synthetic transformer of `model_params` parameters (or
     `hidden` x `layers`), `batch` sequences of `seq` tokens per rank, each variant's steps."""
 
@@ -253,25 +241,12 @@ class DDPParams:
             raise UsageError("--batch, --seq and --model-params must be positive")
         if min(self.hidden, self.layers) < 0 or self.hidden % 64:
             raise UsageError("--hidden must be a multiple of 64 and --layers positive")
-        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
-            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
+        self._check_iterations()
 
     @property
     def shape(self) -> tuple[int, int]:
         """(hidden, layers)."""
         return model_shape(self.model_params, self.hidden, self.layers)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DDPParams:
-        """Inverse of to_dict."""
-        fields: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
-        }
-        return cls(**fields)
 
 
 def suite_ddp(suite: str, device: str) -> DDPParams:
@@ -314,7 +289,7 @@ def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupS
 
 
 @dataclass(frozen=True, kw_only=True)
-class PipelineParams:
+class PipelineParams(ProbeParams):
     """The pipeline micro-benchmark: every rank one stage of `stage_layers` Linear+GELU layers
     of width `hidden` (times its `stage_weights` entry), `chunks` model chunks per rank for
     the multi-chunk schedules (same compute per rank), micro-batches of `mb_rows` rows; each
@@ -348,24 +323,11 @@ class PipelineParams:
             )
         if any(w <= 0 for w in self.stage_weights):
             raise UsageError("--stage-weights must be positive, e.g. 1,1,2,1")
-        if self.warmup_iters < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
-            raise UsageError("iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters")
+        self._check_iterations()
 
     def micro_batch_counts(self, p: int) -> tuple[int, ...]:
         """The micro-batch sweep for p stages."""
         return self.micro_batches or (p, 2 * p, 4 * p)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PipelineParams:
-        """Inverse of to_dict."""
-        fields: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
-        }
-        return cls(**fields)
 
 
 def suite_pipeline(suite: str, device: str) -> PipelineParams:
