@@ -209,8 +209,8 @@ def consolidate(run_dir: Path) -> dict[str, Path]:
     """Turn the rank shards into `<probe>.parquet` tables and the nodes' samples into
     `telemetry.parquet`; safe to run again after a crash."""
     written = {}
-    tables = _case_rows(iter_run_records(run_dir))
-    tables.update(_timeline_rows(iter_run_records(run_dir)))
+    records = list(iter_run_records(run_dir))  # read the shards once
+    tables = {**_case_rows(records), **_timeline_rows(records)}
     for probe, frame in tables.items():
         path = run_dir / f"{probe}.parquet"
         frame.to_parquet(path, index=False)

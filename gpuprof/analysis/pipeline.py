@@ -298,6 +298,7 @@ def summarize_pipeline(cases: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFr
                 "model_step_us": model,
                 "model_error_pct": 100 * (step / model - 1) if model == model else float("nan"),
                 "clock_error_us": float(info["clock_error_us"]),
+                "median_iteration": int(median_iteration),  # the step the Gantt chart draws
             }
         )
     return pd.DataFrame(rows)

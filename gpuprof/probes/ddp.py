@@ -187,11 +187,8 @@ class DDPBench:
                 model(self.inputs[0]).float().square().mean().backward()
                 opt.zero_grad(set_to_none=True)
 
-    def _sync(self) -> None:
-        self.ctx.sync()
-
     def _clock(self) -> int:
-        self._sync()
+        self.ctx.sync()
         return time.perf_counter_ns()
 
     @contextlib.contextmanager

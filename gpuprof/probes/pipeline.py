@@ -97,14 +97,20 @@ class PipelineBench:
     """One schedule at one micro-batch count on one rank: stages, inputs, timers."""
 
     def __init__(
-        self, ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: int
+        self,
+        ctx: Context,
+        scope: Scope,
+        params: PipelineParams,
+        schedule: str,
+        m: int,
+        case_id: str,
     ) -> None:
         from torch.distributed.pipelining import PipelineStage, schedules
 
         cls = getattr(schedules, f"Schedule{schedule}", None)
         if cls is None:
             raise Unsupported(f"torch {torch.__version__} has no Schedule{schedule}")
-        self.ctx, self.scope, self.m = ctx, scope, m
+        self.ctx, self.scope, self.case_id = ctx, scope, case_id
         p = scope.spec.world_size
         self.v = params.chunks if schedule in MULTI_CHUNK_SCHEDULES else 1
         rank = scope.group_rank
@@ -160,22 +166,23 @@ class PipelineBench:
         )
 
     def _wrap(self, stage: Any) -> None:
-        def timed(name: str, kind: Callable[[dict[str, Any]], str]) -> None:
+        for name, kind in (
+            ("forward_one_chunk", "F"),
+            ("backward_one_chunk", "B"),
+            ("backward_weight_one_chunk", "W"),
+        ):
             original = getattr(stage, name, None)
-            if original is None:  # an older torch without this stage method
-                return
+            if original is not None:  # an older torch may lack the weight-gradient method
+                setattr(stage, name, self._timed(original, kind, stage.stage_index))
 
-            def call(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-                start = self._now()
-                out = original(chunk_id, *args, **kwargs)
-                self._record(kind(kwargs), stage.stage_index, chunk_id, start)
-                return out
+    def _timed(self, original: Callable[..., Any], kind: str, stage: int) -> Callable[..., Any]:
+        def call(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            start = self._now()
+            out = original(chunk_id, *args, **kwargs)
+            self._record(kind, stage, chunk_id, start)
+            return out
 
-            setattr(stage, name, call)
-
-        timed("forward_one_chunk", lambda kw: "F")
-        timed("backward_one_chunk", lambda kw: "B")
-        timed("backward_weight_one_chunk", lambda kw: "W")
+        return call
 
     @contextlib.contextmanager
     def _timed_waits(self) -> Iterator[None]:
@@ -224,8 +231,6 @@ class PipelineBench:
         """The last measured steps' intervals, as one timeline record."""
         return [timeline_record(PROBE, self.case_id, self.scope.where(self.ctx), self.events)]
 
-    case_id = ""
-
 
 def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: int) -> Case:
     p = scope.spec.world_size
@@ -245,8 +250,7 @@ def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: 
     def build() -> Prepared:
         if p < 2:
             raise Unsupported("a pipeline needs at least 2 ranks")
-        bench = PipelineBench(ctx, scope, params, schedule, m)
-        bench.case_id = case_id
+        bench = PipelineBench(ctx, scope, params, schedule, m, case_id)
         case_params.update(
             stages=bench.stage_ids,
             chunk_layers=bench.layers,

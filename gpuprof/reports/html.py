@@ -208,12 +208,10 @@ def _pipeline(run: Run) -> tuple[dict[str, Any] | None, list[str]]:
     for schedule, rows in summary.groupby("schedule", sort=False):
         rows = rows.sort_values("m")
         row = rows.iloc[len(rows) // 2]
-        events = timeline[timeline["case_id"] == row["case_id"]]
-        steps = events.groupby("iteration")["end_us"].max() - events.groupby("iteration")[
-            "start_us"].min()
-        median_step = steps.sort_values().index[len(steps) // 2]
+        step = timeline[(timeline["case_id"] == row["case_id"])
+                        & (timeline["iteration"] == row["median_iteration"])]
         figures.append(_embed(gantt_figure(
-            events[events["iteration"] == median_step],
+            step,
             f"{schedule}: p={row['p']}, m={row['m']}, v={row['v']} (median step; measured "
             f"bubble {row['bubble_pct']:.1f}%, theory "
             + (f"{row['theory_pct']:.1f}%)" if row["theory_pct"] == row["theory_pct"]
