@@ -25,11 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gpuprof.groups import device_scopes
 from gpuprof.launch import free_port
-from gpuprof.plan import CeilingParams, device_scopes
 from gpuprof.probes import compute, memory
 from gpuprof.probes._harness import Budget, Context, init, make_scopes, run_case
 from gpuprof.records import read_shard
+from gpuprof.specs.ceilings import CeilingParams
 from gpuprof.units import format_size, parse_size
 
 BUDGET = Budget(warmup_iters=3, min_iters=10, max_iters=200, budget_s=0.5)

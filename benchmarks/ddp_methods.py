@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from gpuprof import open_run
-from gpuprof.analysis.summary import summarize
+from gpuprof.analysis.summary import summarize_run
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
         print("$", " ".join(cmd[2:]), flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         run = open_run(next(Path(out).iterdir()))
-        summary = summarize("ddp", run.table("ddp"), run.info)
+        summary = summarize_run(run, "ddp")
     print(
         f"{'scope':>7} {'n':>2} {'variant':>10} {'step_ms':>8} {'sum%':>6} "
         f"{'overlap%log':>11} {'overlap%ab':>10} {'diff':>5} {'comm/sample_us':>14}"

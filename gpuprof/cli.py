@@ -11,16 +11,12 @@ from typing import Any
 
 import click
 
+from gpuprof import registry
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
 from gpuprof.launch import LAUNCHERS
-from gpuprof.options import (
-    all_probe_options,
-    pop_probe_options,
-    probe_options,
-    stack,
-    suite_params,
-)
-from gpuprof.plan import DEVICES, PROBES, SUITES
+from gpuprof.options import all_probe_options, pop_probe_options, probe_options, stack
+from gpuprof.params import csv
+from gpuprof.plan import DEVICES, SUITES
 
 OUT_HELP = "folder that holds the runs"
 
@@ -89,131 +85,53 @@ def _launch_options(func: Any) -> Any:
     )(func)
 
 
-def _plan(
-    probes: tuple[str, ...],
-    coll_opts: dict[str, Any],
-    *,
-    nodes: int,
-    gpus: int | None,
-    suite: str,
-    device: str,
-    timeout: float,
-    telemetry_hz: float,
-    no_telemetry: bool,
-) -> Any:
-    from gpuprof.launch import plan_device
-    from gpuprof.plan import SweepPlan
+def _request(probes: tuple[str, ...], tag: str, opts: dict[str, Any], kw: dict[str, Any]) -> Any:
+    """The sweep request from a command's parsed options."""
+    from gpuprof.runner import SweepRequest
 
-    if gpus is not None and gpus < 1:
-        raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
-    resolved, visible = plan_device(device)
-    if gpus is None:
-        gpus = visible if resolved == "cuda" else 2
-    if resolved == "cuda" and gpus > visible:
-        raise UsageError(
-            f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
-        )
-    return SweepPlan(
-        num_nodes=nodes,
-        gpus_per_node=gpus,
-        device=resolved,
-        suite=suite,
+    telemetry_hz = 0.0 if kw.pop("no_telemetry") else kw.pop("telemetry_hz")
+    kw.pop("telemetry_hz", None)
+    argv = (click.get_current_context().obj or {}).get("argv", sys.argv)
+    return SweepRequest(
         probes=probes,
-        case_timeout_s=timeout,
-        telemetry_hz=0.0 if no_telemetry else telemetry_hz,
-        **suite_params(suite, resolved, coll_opts),
+        opts=opts,
+        tag=tag,
+        argv=argv,
+        out=Path(kw.pop("out")),
+        report=not kw.pop("no_report"),
+        telemetry_hz=telemetry_hz,
+        **kw,
     )
 
 
 def _sweep(
-    probes: tuple[str, ...],
-    tag: str,
-    coll_opts: dict[str, Any],
-    *,
-    launcher: str,
-    node_rank: int,
-    master_addr: str | None,
-    master_port: int | None,
-    out: str,
-    no_report: bool,
-    dry_run: bool,
-    resume: str | None,
-    print_table: bool = False,
-    **plan_opts: Any,
+    probes: tuple[str, ...], tag: str, opts: dict[str, Any], kw: dict[str, Any], tables: bool
 ) -> None:
-    from gpuprof.launch import LaunchConfig, check_launch, dry_run_commands, resolve_launcher
-    from gpuprof.store import check_out_dir, check_tag
+    """Measure (or print the launch commands) and say how it ended."""
+    from gpuprof import runner
 
-    check_tag(tag)
-    kind = resolve_launcher(launcher)
-    if kind == "torchrun":  # started by torchrun on every rank: measure in this process
-        from gpuprof.env import torchrun_sizes
-
-        world, local = torchrun_sizes()
-        plan_opts.update(nodes=max(1, world // local), gpus=local)
-    resume_dir = None
-    if resume is not None:
-        from gpuprof.store import open_run, resume_plan
-
-        run = open_run(resume, out)
-        if run.status == "complete":
-            click.echo(f"gpuprof: {run.path} is complete; nothing to resume", err=True)
-            return
-        resume_dir, plan = run.path, resume_plan(run.path)
-    else:
-        plan = _plan(probes, coll_opts, **plan_opts)
-    check_out_dir(Path(out))
-    argv = (click.get_current_context().obj or {}).get("argv", sys.argv)
-    if kind == "torchrun":
-        from gpuprof.probes.sweep import run_inline
-
-        run_inline(plan, Path(out), tag, argv, print_table=print_table, report=not no_report)
+    dry = kw.pop("dry_run")
+    request = _request(probes, tag, opts, kw)
+    if dry:
+        click.echo("\n".join(runner.dry_run(request)))
         return
-    cfg = check_launch(
-        plan,
-        LaunchConfig(
-            launcher=kind, node_rank=node_rank, master_addr=master_addr, master_port=master_port
-        ),
-    )
-    if dry_run:
-        click.echo("\n".join(dry_run_commands(plan, cfg, Path(out))))
+    result = runner.sweep(request)
+    if result.note:
+        click.echo(f"gpuprof: {result.note}", err=True)
         return
-    _finish(
-        plan,
-        cfg,
-        Path(out),
-        tag,
-        argv,
-        report=not no_report,
-        print_table=print_table,
-        resume=resume_dir,
-    )
-
-
-def _finish(
-    plan: Any,
-    cfg: Any,
-    out: Path,
-    tag: str,
-    argv: list[str],
-    *,
-    report: bool,
-    print_table: bool,
-    resume: Path | None = None,
-) -> None:
-    from gpuprof.launch import run_sweep
-
-    result = run_sweep(plan, cfg, out, tag, argv, report=report, resume=resume)
+    if result.silent:
+        return
     if not result.home:
         click.echo(
-            f"node {cfg.node_rank}: {result.status}; this node's shards are in "
+            f"node {request.node_rank}: {result.status}; this node's shards are in "
             f"{result.run_dir}; node 0 holds the run"
         )
-    elif print_table and result.run_dir is not None:
-        from gpuprof.launch import print_tables
+    else:
+        if tables and result.run_dir is not None:
+            from gpuprof.reports.text import run_tables
 
-        print_tables(result.run_dir)
-    if result.home:
+            for text in run_tables(result.run_dir):
+                click.echo(text)
         click.echo(str(result.report or result.run_dir))
     if result.status != "complete":
         first = result.failures[0] if result.failures else {}
@@ -230,7 +148,9 @@ def _finish(
 
 @cli.command()
 @_launch_options
-@click.option("--probes", default=",".join(PROBES), show_default=True, help="probes to run")
+@click.option(
+    "--probes", default=",".join(registry.names()), show_default=True, help="probes to run"
+)
 @click.option("--tag", default="sweep", show_default=True, help="name part of the run folder")
 @all_probe_options
 def sweep(probes: str, tag: str, **kwargs: Any) -> None:
@@ -238,9 +158,12 @@ def sweep(probes: str, tag: str, **kwargs: Any) -> None:
 
     Example: gpuprof sweep --nodes 1 --gpus 2 --suite quick
     """
-    coll = pop_probe_options(kwargs)
-    names = tuple(p.strip() for p in probes.split(",") if p.strip())
-    _sweep(names, tag, coll, **kwargs)
+    opts = pop_probe_options(kwargs)
+    try:
+        names = csv(probes)
+    except ValueError:
+        raise UsageError(f"invalid --probes {probes!r}", "e.g. --probes collectives,p2p") from None
+    _sweep(names, tag, opts, kwargs, tables=False)
 
 
 @cli.group()
@@ -248,56 +171,31 @@ def run() -> None:
     """Run one probe, like one nccl-tests binary, and print its table."""
 
 
-def _run_probe_command(probe: str, doc: str) -> None:
+def _run_probe_command(probe: str) -> None:
     """`gpuprof run PROBE`: the sweep machinery for one probe, printing its table."""
 
-    @run.command(probe, help=doc)
+    @run.command(probe, help=registry.get(probe).help)
     @_launch_options
     @click.option("--tag", default=probe, show_default=True)
     @probe_options(probe)
     def command(tag: str, **kwargs: Any) -> None:
         opts = pop_probe_options(kwargs)
-        _sweep((probe,), tag, opts, print_table=True, **kwargs)
+        _sweep((probe,), tag, opts, kwargs, tables=True)
 
 
-_run_probe_command(
-    "collectives",
-    "Collectives with nccl-tests semantics.\n\n"
-    "Example: gpuprof run collectives --gpus 2 -o all_reduce -b 1K -e 64M -f 4",
-)
-_run_probe_command(
-    "p2p",
-    "Bandwidth (uni- and bidirectional) and latency of every pair of ranks, classified by link."
-    "\n\nExample: gpuprof run p2p --gpus 8 --p2p-bytes 256M",
-)
-_run_probe_command(
-    "memory",
-    "Copy bandwidth of each device alone: H2D/D2H pinned and pageable, D2D; host copy on CPU."
-    "\n\nExample: gpuprof run memory --gpus 8 --copy-bytes 1G",
-)
-_run_probe_command(
-    "compute",
-    "Matmul throughput of each device alone per dtype (TFLOP/s, % of peak)."
-    "\n\nExample: gpuprof run compute --gpus 8 --matmul-n 8192 --matmul-dtypes bfloat16,float8",
-)
-_run_probe_command(
-    "ddp",
-    "A DDP training step broken down (forward, backward, exposed communication, optimizer) by "
-    "DDP's logging data and by A/B runs, per variant, with weak scaling over world sizes."
-    "\n\nExample: gpuprof run ddp --gpus 8 --model-params 350M --ddp-variants "
-    "default,bucket=100,hook=bf16,accum=4",
-)
-_run_probe_command(
-    "pipeline",
-    "Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble): per-micro-batch timeline, "
-    "measured bubble against theory over a micro-batch sweep, stage imbalance."
-    "\n\nExample: gpuprof run pipeline --gpus 4 --schedules GPipe,1F1B --micro-batches 4,8,16",
-)
+for _name in registry.names():
+    _run_probe_command(_name)
 
 
 @cli.command()
 @click.argument("run_spec", metavar="RUN")
-@click.option("--table", default="collectives", show_default=True)
+@click.option(
+    "--table",
+    default=registry.names()[0],
+    show_default=True,
+    type=click.Choice(registry.names()),
+    help="which probe's summary",
+)
 @click.option(
     "--format",
     "fmt",
@@ -311,13 +209,15 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
 
     Example: gpuprof show latest --table collectives --format json
     """
-    from gpuprof.analysis.summary import SUMMARIZED, summarize_run
+    from gpuprof.analysis.summary import summarize_run
     from gpuprof.reports.text import format_table
     from gpuprof.store import open_run
 
     run_obj = open_run(run_spec, out)
-    if table not in SUMMARIZED:
-        raise UsageError(f"no summary for table {table!r}", f"tables: {', '.join(SUMMARIZED)}")
+    missing = [t for t in registry.get(table).table_names if t not in run_obj.tables()]
+    if missing:
+        have = ", ".join(run_obj.tables()) or "none"
+        raise UsageError(f"run {run_obj.path} has no table {missing[0]!r}", f"tables: {have}")
     summary = summarize_run(run_obj, table)
     if fmt == "json":
         click.echo(summary.to_json(orient="records", indent=1))
@@ -332,7 +232,8 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
 @click.option("-o", "output", type=click.Path(), help="where to write [default: RUN/report.html]")
 @_out_option
 def report(run_spec: str, output: str | None, out: str) -> None:
-    """Write the self-contained HTML report of a run (consolidating a run that died).
+    """Write the self-contained HTML report of a run (a run still running, or whose launcher
+    died, is read from its shards; nothing in the run changes but report.html).
 
     Example: gpuprof report latest -o /tmp/report.html
     """
@@ -344,6 +245,25 @@ def report(run_spec: str, output: str | None, out: str) -> None:
     if target is not None and not target.parent.is_dir():
         raise UsageError(f"cannot write {target}: {target.parent} is not a folder")
     click.echo(str(write_report(run_obj, target)))
+
+
+@cli.command()
+@click.argument("run_spec", metavar="RUN")
+@_out_option
+def consolidate(run_spec: str, out: str) -> None:
+    """Write a run's tables (<table>.parquet) from its shards, e.g. after copying shards from
+    the nodes; runs are consolidated when they end, so this is rarely needed.
+
+    Example: gpuprof consolidate latest
+    """
+    from gpuprof.store import open_run
+    from gpuprof.tables import consolidate as write_tables
+
+    run_obj = open_run(run_spec, out)
+    if run_obj.status == "running":
+        raise UsageError(f"run {run_obj.path} is still running", "consolidate it after it ends")
+    for path in write_tables(run_obj.path).values():
+        click.echo(str(path))
 
 
 @cli.command("env")
@@ -365,7 +285,7 @@ def env_command(fmt: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: one-line errors, exit codes per DESIGN.md section 1."""
+    """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured."""
     args = sys.argv[1:] if argv is None else argv
     try:
         result = cli.main(

@@ -82,6 +82,17 @@ def torchrun_sizes(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
     return world, int(env.get("LOCAL_WORLD_SIZE", world))
 
 
+def plan_device(request: str) -> tuple[str, int]:
+    """Resolve --device (auto -> cuda if torch sees a GPU) and count the visible GPUs."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if request == "cuda" and count == 0:
+        raise UsageError("--device cuda but no CUDA GPU is visible", "use --device cpu")
+    device = "cuda" if request == "cuda" or (request == "auto" and count > 0) else "cpu"
+    return device, count
+
+
 def versions() -> dict[str, str | None]:
     """python, gpuprof, torch, cuda, nccl and driver versions (None where absent)."""
     import torch

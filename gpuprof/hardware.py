@@ -3,7 +3,7 @@
 Public datasheet figures (dense, no sparsity), in decimal units: GB/s = 1e9 B/s and
 TFLOP/s = 1e12 FLOP/s. A model or a figure that is not in this table is missing, never
 guessed: `pct_of_peak` is then empty. NVLink is per GPU and per direction, the number a
-collective's busbw is compared with (REFERENCE.md).
+collective's busbw is compared with (docs/methodology.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class GpuPeaks:
     nvlink_gbps: float | None = None  # per GPU, per direction
     pcie_gen: int | None = None
     tflops: dict[str, float] = field(default_factory=dict)  # dense, per dtype
-    all_reduce_busbw_gbps: float | None = None  # a full NVLink node, ring (REFERENCE.md)
+    all_reduce_busbw_gbps: float | None = None  # a full NVLink node, ring (docs/methodology.md)
 
 
 _A100 = {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -136,13 +137,30 @@ class ShardWriter:
         self._file.close()
 
 
+def warn(message: str) -> None:
+    """A warning on stderr (reading a damaged run goes on without the damaged part)."""
+    print(f"gpuprof: warning: {message}", file=sys.stderr, flush=True)
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the JSON objects of one JSONL file. A line that does not parse (damage, or a
+    crash mid-write: the torn last line) is skipped with a warning naming the file and line."""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                record = json.loads(line) if line.endswith("\n") else None
+            except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict):
+                yield record
+            elif line.strip():
+                what = "is incomplete" if not line.endswith("\n") else "is not a JSON record"
+                warn(f"{path}:{number} {what}; skipped")
+
+
 def read_shard(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of one shard; a torn last line (a crash mid-write) is skipped."""
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.endswith("\n"):
-                return
-            yield json.loads(line)
+    """Yield the records of one rank shard (damaged lines skipped with a warning)."""
+    yield from read_jsonl(path)
 
 
 def iter_run_records(run_dir: Path) -> Iterator[dict[str, Any]]:

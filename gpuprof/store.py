@@ -11,16 +11,22 @@ import os
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from gpuprof.env import gpuprof_version
-from gpuprof.errors import RunNotFoundError, UsageError
+from gpuprof.errors import GpuprofError, RunNotFoundError, UsageError
 from gpuprof.plan import SweepPlan
-from gpuprof.records import FAILED_FLAG, RANKS_DIR, SCHEMA_VERSION, iter_run_records
+from gpuprof.records import (
+    FAILED_FLAG,
+    RANKS_DIR,
+    SCHEMA_VERSION,
+    iter_run_records,
+    warn,
+)
+from gpuprof.tables import build_tables, case_key
 
 RUN_JSON = "run.json"
 PLAN_JSON = "plan.json"
@@ -28,20 +34,6 @@ DEFAULT_OUT = Path("reports")
 STATUSES = ("running", "complete", "partial", "failed")
 _RUN_NAME_RE = re.compile(r"^(\d{4,})_")
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-COMMON_COLUMNS = (
-    "probe",
-    "case_id",
-    "rank",
-    "node_rank",
-    "host",
-    "world_size",
-    "num_nodes",
-    "scope",
-    "group",
-    "group_rank",
-    "iteration",
-    "time_us",
-)
 
 
 def check_out_dir(out: Path) -> None:
@@ -103,9 +95,13 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object."""
-    data = json.loads(path.read_text("utf-8"))
-    assert isinstance(data, dict)
+    """Read a JSON object gpuprof wrote (run.json, plan.json)."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GpuprofError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise GpuprofError(f"cannot read {path}: not a JSON object")
     return data
 
 
@@ -118,71 +114,14 @@ def update_run_json(run_dir: Path, **changes: Any) -> dict[str, Any]:
     return data
 
 
-def _case_key(rec: dict[str, Any]) -> tuple[Any, ...]:
-    return (rec["probe"], rec["scope"], rec["world_size"], rec["group"], rec["case_id"])
-
-
-def _latest_cases(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Case records, the last one per rank and case (a resumed run may repeat a case)."""
-    latest = {}
-    for rec in records:
-        if rec.get("type") == "case":
-            latest[(*_case_key(rec), rec["rank"])] = rec
-    return list(latest.values())
-
-
 def completed_cases(run_dir: Path) -> list[list[Any]]:
     """[probe, scope, world_size, group, case_id] of every case that every rank of its group
     recorded (measured or skipped): what `--resume` does not measure again."""
     ranks: dict[tuple[Any, ...], set[int]] = defaultdict(set)
     for rec in iter_run_records(run_dir):
         if rec.get("type") in ("case", "skip"):
-            ranks[_case_key(rec)].add(int(rec["rank"]))
+            ranks[case_key(rec)].add(int(rec["rank"]))
     return [list(key) for key, seen in ranks.items() if len(seen) == key[2]]
-
-
-def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
-    """Expand case records into one row per iteration, grouped by probe."""
-    columns: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    counts: dict[str, int] = defaultdict(int)
-    for rec in _latest_cases(records):
-        probe, times = rec["probe"], rec["times_us"]
-        cols, start, num = columns[probe], counts[probe], len(times)
-        fixed = {k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")}
-        extra = {**rec.get("params", {}), **rec.get("results", {})}
-        extra["start_unix_ns"] = rec.get("start_unix_ns", 0)
-        extra["end_unix_ns"] = rec.get("end_unix_ns", 0)
-        extra["warmup_iters"] = rec.get("warmup_iters", 0)
-        for key, value in {**fixed, **extra}.items():
-            col = cols[key]
-            col.extend([None] * (start - len(col)))  # a column new in this record
-            col.extend([value] * num)
-        cols["iteration"].extend(range(num))
-        cols["time_us"].extend(float(t) for t in times)
-        for key, values in (rec.get("series") or {}).items():
-            col = cols[key]
-            col.extend([None] * (start - len(col)))
-            col.extend(values[i] if i < len(values) else None for i in range(num))
-        counts[probe] = start + num
-    tables = {}
-    for probe, cols in columns.items():
-        for col in cols.values():
-            col.extend([None] * (counts[probe] - len(col)))
-        tables[probe] = pd.DataFrame(cols)
-    return tables
-
-
-def _timeline_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
-    """Timeline records -> one row per interval, grouped by probe (`<probe>_timeline`)."""
-    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for rec in records:
-        if rec.get("type") == "timeline":
-            latest[(*_case_key(rec), rec["rank"])] = rec  # a resumed run may repeat a case
-    frames: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for rec in latest.values():
-        fixed = {k: rec[k] for k in COMMON_COLUMNS if k in rec}
-        frames[f"{rec['probe']}_timeline"].extend({**fixed, **row} for row in rec["rows"])
-    return {name: pd.DataFrame(rows) for name, rows in frames.items()}
 
 
 def run_events(run_dir: Path, since_ns: int = 0) -> dict[str, list[dict[str, Any]]]:
@@ -203,34 +142,6 @@ def run_events(run_dir: Path, since_ns: int = 0) -> dict[str, list[dict[str, Any
             del started[rank]
     events["in_flight"] = [started[r] for r in sorted(started)]
     return events
-
-
-def consolidate(run_dir: Path) -> dict[str, Path]:
-    """Turn the rank shards into `<probe>.parquet` tables and the nodes' samples into
-    `telemetry.parquet`; safe to run again after a crash."""
-    written = {}
-    records = list(iter_run_records(run_dir))  # read the shards once
-    tables = {**_case_rows(records), **_timeline_rows(records)}
-    for probe, frame in tables.items():
-        path = run_dir / f"{probe}.parquet"
-        frame.to_parquet(path, index=False)
-        written[probe] = path
-    telemetry = read_telemetry(run_dir)
-    if telemetry is not None:
-        written["telemetry"] = run_dir / "telemetry.parquet"
-        telemetry.to_parquet(written["telemetry"], index=False)
-    return written
-
-
-def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
-    """Every node's samples (one row per sample and source), or None without telemetry."""
-    frames = []
-    for path in sorted((run_dir / "telemetry").glob("node-*.jsonl")):
-        with path.open(encoding="utf-8") as handle:
-            lines = [line for line in handle if line.endswith("\n")]  # a torn last line
-        if lines:
-            frames.append(pd.DataFrame.from_records(json.loads(line) for line in lines))
-    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def new_run_record(
@@ -317,43 +228,84 @@ def resolve_run(spec: str | Path, out: Path = DEFAULT_OUT) -> Path:
     )
 
 
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """run.json of a run; one line naming the file if it is damaged or from a newer gpuprof."""
+    path = run_dir / RUN_JSON
+    info = read_json(path)
+    version = info.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        writer = info.get("gpuprof_version") or "a newer gpuprof"
+        raise UsageError(
+            f"{path} has run format {version!r} (written by gpuprof {writer}); this gpuprof "
+            f"{gpuprof_version()} reads format {SCHEMA_VERSION} and older",
+            f"read it with gpuprof {writer} or later",
+        )
+    return info
+
+
 class Run:
-    """A run folder: its description (run.json) and its tables as pandas DataFrames."""
+    """A run folder: its description (run.json) and its tables as pandas DataFrames.
+
+    Reading never writes. A run that ended has `<table>.parquet` files; a run still running
+    (or whose launcher died before the end) is read from its shards in memory."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.info: dict[str, Any] = read_json(self.path / RUN_JSON)
+        self.info: dict[str, Any] = read_run_json(self.path)
+        self._frames: dict[str, pd.DataFrame] = {}
+        self._from_shards: dict[str, pd.DataFrame] | None = None
 
     @property
     def status(self) -> str:
         """running, complete, partial or failed."""
         return str(self.info.get("status", "running"))
 
+    @property
+    def consolidated(self) -> bool:
+        """The run ended and its tables were written (reads use the parquet files)."""
+        if self.status == "running":
+            return False
+        listed = self.info.get("tables")
+        if listed is None:  # older runs: whatever parquet files there are
+            return any(self.path.glob("*.parquet"))
+        return bool(listed) and all((self.path / f"{t}.parquet").is_file() for t in listed)
+
+    def _shard_tables(self) -> dict[str, pd.DataFrame]:
+        if self._from_shards is None:
+            if self.status == "running":
+                warn(
+                    f"run {self.path} is still running (or its launcher died): its tables are "
+                    "read from the shards as they are now"
+                )
+            self._from_shards = build_tables(self.path)
+        return self._from_shards
+
     def tables(self) -> list[str]:
-        """Names of the tables this run has (consolidating shards if needed)."""
-        self._ensure_consolidated()
-        return sorted(p.stem for p in self.path.glob("*.parquet"))
+        """Names of the tables this run has."""
+        if self.consolidated:
+            return sorted(p.stem for p in self.path.glob("*.parquet"))
+        return sorted(self._shard_tables())
 
     def table(self, name: str) -> pd.DataFrame:
-        """One row per measured iteration per rank for probe table `name`."""
-        self._ensure_consolidated()
-        path = self.path / f"{name}.parquet"
-        if not path.exists():
-            have = ", ".join(self.tables()) or "none"
-            raise UsageError(f"run {self.path} has no table {name!r}", f"tables: {have}")
-        return pd.read_parquet(path)
+        """One row per measured iteration per rank for table `name`."""
+        if name not in self._frames:
+            if name not in self.tables():
+                have = ", ".join(self.tables()) or "none"
+                raise UsageError(f"run {self.path} has no table {name!r}", f"tables: {have}")
+            self._frames[name] = (
+                self._read_parquet(name) if self.consolidated else self._shard_tables()[name]
+            )
+        return self._frames[name]
 
-    def _ensure_consolidated(self) -> None:
-        shards = [
-            *(self.path / RANKS_DIR).glob("rank-*.jsonl"),
-            *(self.path / "telemetry").glob("node-*.jsonl"),
-        ]
-        if not shards:
-            return
-        newest_shard = max(p.stat().st_mtime for p in shards)
-        tables = list(self.path.glob("*.parquet"))
-        if not tables or min(p.stat().st_mtime for p in tables) < newest_shard:
-            consolidate(self.path)
+    def _read_parquet(self, name: str) -> pd.DataFrame:
+        path = self.path / f"{name}.parquet"
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise GpuprofError(
+                f"cannot read {path}: {exc}",
+                f"write the tables again from the shards: gpuprof consolidate {self.path}",
+            ) from None
 
 
 def open_run(spec: str | Path, out: str | Path = DEFAULT_OUT) -> Run:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.plan import PIPELINE_SCHEDULES
+from gpuprof.specs.pipeline import PIPELINE_SCHEDULES
 from tests.conftest import TINY_DDP, Gp
 
 CHROMIUM = next(

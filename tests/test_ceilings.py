@@ -71,6 +71,8 @@ def test_compute_summary() -> None:
     assert row["pct_of_peak"] == pytest.approx(100 * row["tflops"] / 989.4)
 
 
+@pytest.mark.gloo("memory")
+@pytest.mark.gloo("compute")
 def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> None:
     result = gp(
         "sweep",
@@ -111,8 +113,8 @@ def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> No
 
 
 def test_is_this_good_for_8xh100_all_reduce() -> None:
-    from gpuprof.advice import collective_findings
-    from gpuprof.analysis.summary import collective_pct_of_peak
+    from gpuprof.advice.collectives import collective_findings
+    from gpuprof.analysis.bandwidth import collective_pct_of_peak
 
     info = {"ranks": [{"rank": 0, "gpu_name": "NVIDIA H100 80GB HBM3"}]}
     summary = pd.DataFrame(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from gpuprof.advice import ddp_findings
+from gpuprof.advice.ddp import ddp_findings
 from gpuprof.analysis.ddp import scaling, summarize_ddp, variants
 from gpuprof.errors import UsageError
-from gpuprof.plan import DDPParams, ddp_scopes, model_shape, parse_variant
 from gpuprof.probes.ddp import bucket_bytes
+from gpuprof.specs.ddp import DDPParams, ddp_scopes, model_shape, parse_variant
 
 
 def _rows(

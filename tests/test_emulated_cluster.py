@@ -11,10 +11,11 @@ import pytest
 from gpuprof import open_run
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.health import attribute, case_windows
-from gpuprof.analysis.summary import summarize
+from gpuprof.analysis.summary import summarize_run
 from tests.cluster import emulated_cluster, unavailable
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.netns,
     pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
 ]
@@ -130,7 +131,7 @@ def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
     ]
 
     # p2p: pairs inside a node are local, across nodes network at the shaped rate
-    pairs = summarize("p2p", run.table("p2p"), run.info)
+    pairs = summarize_run(run, "p2p")
     uni = pairs[pairs["mode"] == "uni"]
     classes = {
         (a // 2 == b // 2): c
@@ -171,7 +172,7 @@ def test_slow_link_is_flagged(tmp_path: Path) -> None:
         )
     assert codes == [0, 0, 0], logs(tmp_path, 3)
     run = open_run("latest", tmp_path / "n0")
-    pairs = summarize("p2p", run.table("p2p"), run.info)
+    pairs = summarize_run(run, "p2p")
     for rec in pairs.to_dict("records"):
         print(
             f"{rec['mode']} {rec['rank_a']}-{rec['rank_b']}: {rec['bw_gbps'] * 1e3:.2f} MB/s, "
@@ -185,7 +186,7 @@ def test_slow_link_is_flagged(tmp_path: Path) -> None:
 def test_ddp_advice_names_the_slow_inter_node_link(tmp_path: Path) -> None:
     """DDP over 2 emulated nodes joined by a 200 Mbit/s link: communication between nodes is
     exposed, and the advice says so for the inter scope, with its share of the step."""
-    from gpuprof.advice import ddp_findings
+    from gpuprof.advice.ddp import ddp_findings
 
     with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:
         codes = manual_sweep(
@@ -215,7 +216,7 @@ def test_ddp_advice_names_the_slow_inter_node_link(tmp_path: Path) -> None:
         )
     assert codes == [0, 0], logs(tmp_path, 2)
     run = open_run(next((tmp_path / "n0").iterdir()))
-    summary = summarize("ddp", run.table("ddp"), run.info)
+    summary = summarize_run(run, "ddp")
     scopes = set(zip(summary["scope"], summary["world_size"], strict=True))
     assert scopes == {("single", 1), ("intra", 2), ("inter", 2), ("global", 4)}
     findings = ddp_findings(summary)

@@ -71,6 +71,7 @@ def wait_for_cases(
     raise AssertionError("the sweep never got going")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["SIGKILL", "SIGSTOP"])
 def test_lost_rank_ends_the_sweep_and_keeps_every_completed_case(
     tmp_path: Path, sig: signal.Signals
@@ -114,6 +115,7 @@ def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
     assert (run_dir / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_resume_measures_only_the_missing_cases(tmp_path: Path) -> None:
     proc = start(tmp_path)
     run_dir, pids = wait_for_cases(tmp_path, 4, proc)

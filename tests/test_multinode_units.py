@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuprof.groups import scope_groups
 from gpuprof.launch import LaunchConfig, node_command
-from gpuprof.plan import SweepPlan, scope_groups
+from gpuprof.plan import SweepPlan
 from gpuprof.probes._transfer import merge_chunk
 from gpuprof.probes.sweep import preflight
 from gpuprof.records import shard_path

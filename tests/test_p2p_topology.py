@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuprof.analysis.p2p import flag_outliers, link_class, summarize_p2p, topology_links
-from gpuprof.plan import pair_rounds
+from gpuprof.specs.p2p import pair_rounds
 from gpuprof.telemetry.fake import FakeNVML
 from gpuprof.topology import format_topology, gpu_topology
 from tests.conftest import Gp
@@ -119,6 +119,7 @@ def test_env_shows_the_fake_topology(gp: Gp, monkeypatch: pytest.MonkeyPatch) ->
     assert len(info["node"]["topology"]["gpus"]) == 8
 
 
+@pytest.mark.gloo("p2p")
 def test_p2p_through_the_cli(tmp_path: Path, gp: Gp) -> None:
     result = gp(
         "run",
@@ -154,12 +155,12 @@ def test_golden_mesh_run_classifies_and_flags(tmp_path: Path) -> None:
     import shutil
 
     from gpuprof import open_run
-    from gpuprof.analysis.summary import summarize
+    from gpuprof.analysis.summary import summarize_run
 
     run_dir = tmp_path / "run"
     shutil.copytree(GOLDEN, run_dir)
     run = open_run(run_dir)
-    summary = summarize("p2p", run.table("p2p"), run.info)
+    summary = summarize_run(run, "p2p")
     assert set(summary["link_class"]) == {"network"}
     uni = summary[summary["mode"] == "uni"].set_index(["rank_a", "rank_b"])
     assert uni.loc[(1, 2), "flagged"] and not uni.loc[(0, 1), "flagged"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprof.plan import PIPELINE_SCHEDULES
+import pytest
+
+from gpuprof.specs.pipeline import PIPELINE_SCHEDULES
 from gpuprof.store import open_run
 from tests.conftest import Gp
 
@@ -27,6 +29,7 @@ SMALL = [
 ]
 
 
+@pytest.mark.gloo("pipeline")
 def test_every_schedule_on_two_ranks(tmp_path: Path, gp: Gp) -> None:
     result = gp(
         "run",

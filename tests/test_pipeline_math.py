@@ -1,11 +1,11 @@
-"""Bubble arithmetic against hand-made timelines (REFERENCE.md, Pipeline bubbles)."""
+"""Bubble arithmetic against hand-made timelines (docs/methodology.md, Pipeline bubbles)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from gpuprof.advice import pipeline_findings
+from gpuprof.advice.pipeline import pipeline_findings
 from gpuprof.analysis.pipeline import (
     bottleneck_step_time,
     bubble_fraction,

@@ -1,7 +1,9 @@
 import pytest
 
 from gpuprof.errors import UsageError
-from gpuprof.plan import CollectivesParams, SweepPlan, intra_sizes, scope_groups, suite_collectives
+from gpuprof.groups import intra_sizes, scope_groups
+from gpuprof.plan import SweepPlan
+from gpuprof.specs.collectives import CollectivesParams, suite_collectives
 
 
 def test_intra_sizes_single_node_leaves_the_full_node_to_global() -> None:
@@ -22,7 +24,7 @@ def test_scope_groups_run_every_node_at_once() -> None:
 
 def test_plan_round_trips_through_json() -> None:
     plan = SweepPlan(
-        gpus_per_node=4, device="cpu", collectives=suite_collectives("standard", "cpu")
+        gpus_per_node=4, device="cpu", params={"collectives": suite_collectives("standard", "cpu")}
     )
     assert SweepPlan.from_dict(plan.to_dict()) == plan
 

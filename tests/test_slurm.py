@@ -41,6 +41,7 @@ def gpuprof(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow
 def test_fake_slurm_sweep(tmp_path: Path) -> None:
     result = gpuprof(
         "sweep",

@@ -1,14 +1,16 @@
-"""The run format: folders, shards, consolidation, open_run (DESIGN.md section 3)."""
+"""The run format: folders, shards, consolidation, open_run (the run format in the README)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from gpuprof import open_run
-from gpuprof.errors import RunNotFoundError, UsageError
+from gpuprof.errors import GpuprofError, RunNotFoundError, UsageError
 from gpuprof.records import CaseRecord, ShardWriter, Where, phase_marker, read_shard, shard_path
-from gpuprof.store import RUN_JSON, consolidate, create_run_dir, resolve_run, update_run_json
+from gpuprof.store import RUN_JSON, create_run_dir, resolve_run, update_run_json
+from gpuprof.tables import consolidate
 
 
 def _where(rank: int) -> Where:
@@ -83,18 +85,73 @@ def test_round_trip_one_row_per_iteration_per_rank(tmp_path: Path) -> None:
     assert open_run(run_dir).info["status"] == "complete"
 
 
-def test_open_run_consolidates_a_run_that_died(tmp_path: Path) -> None:
+def _snapshot(run_dir: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+    }
+
+
+def test_reading_a_run_that_died_reads_its_shards_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _write_run(tmp_path)
-    assert not list(run_dir.glob("*.parquet"))
+    update_run_json(run_dir, status="running")  # its launcher died before the end
+    before = _snapshot(run_dir)
+    run = open_run(run_dir)
+    assert len(run.table("collectives")) == 6
+    assert run.tables() == ["collectives"]
+    assert _snapshot(run_dir) == before  # reading never writes
+    assert "still running" in capsys.readouterr().err  # and says what it read
+
+
+def test_a_damaged_shard_line_is_skipped_with_its_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _write_run(tmp_path)
+    path = shard_path(run_dir, 1)
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(1, "garbage {\n")
+    path.write_text("".join(lines))
+    frame = open_run(run_dir).table("collectives")
+    assert len(frame) == 6  # the damaged line was a line of its own: nothing else lost
+    assert f"{path}:2 is not a JSON record; skipped" in capsys.readouterr().err
+
+
+def test_a_run_from_a_newer_gpuprof_is_refused_in_one_line(tmp_path: Path) -> None:
+    run_dir = _write_run(tmp_path)
+    update_run_json(run_dir, schema_version=99, gpuprof_version="9.0.0")
+    with pytest.raises(
+        UsageError, match=re.escape("run format 99 (written by gpuprof 9.0.0)")
+    ) as info:
+        open_run(run_dir)
+    assert "\n" not in info.value.one_line()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]"])
+def test_a_damaged_run_json_names_the_file(tmp_path: Path, text: str) -> None:
+    run_dir = _write_run(tmp_path)
+    (run_dir / RUN_JSON).write_text(text)
+    with pytest.raises(GpuprofError, match=re.escape(f"cannot read {run_dir / RUN_JSON}")):
+        open_run(run_dir)
+
+
+def test_a_finished_run_reads_its_parquet_tables(tmp_path: Path) -> None:
+    run_dir = _write_run(tmp_path)
+    consolidate(run_dir)
+    update_run_json(run_dir, tables=["collectives"])
+    shard_path(run_dir, 0).write_text("")  # the parquet, not the shards, is the record now
+    assert open_run(run_dir).consolidated
     assert len(open_run(run_dir).table("collectives")) == 6
 
 
-def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+def test_torn_last_line_is_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _write_run(tmp_path)
     path = shard_path(run_dir, 0)
     with path.open("a") as handle:
         handle.write('{"type": "case", "probe": "coll')  # a crash mid-write
     assert len(list(read_shard(path))) == 2
+    assert f"{path}:3 is incomplete; skipped" in capsys.readouterr().err
 
 
 def test_resolve_run_errors(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.bandwidth import bus_factor
-from gpuprof.plan import OPS
+from gpuprof.specs.collectives import OPS
 from tests.conftest import FAST, Gp, sweep_run
 
 
@@ -63,6 +63,7 @@ def test_one_rank_sweep(tmp_path: Path, gp: Gp) -> None:
     assert {s["case_id"].split(".")[0] for s in skipped} == {"sendrecv"}
 
 
+@pytest.mark.slow
 def test_four_rank_sweep_measures_intra_and_global(tmp_path: Path, gp: Gp) -> None:
     code, run_dir = sweep_run(tmp_path, 4, "--op", "all_reduce,all_gather,sendrecv", gp=gp)
     assert code == 0
@@ -85,6 +86,7 @@ def test_correctness_check_catches_a_corrupted_rank(
     assert "returned wrong results" in (run_dir / "report.html").read_text()
 
 
+@pytest.mark.gloo("collectives")
 def test_gpuprof_run_prints_an_nccl_tests_table(tmp_path: Path, gp: Gp) -> None:
     result = gp(
         "run",

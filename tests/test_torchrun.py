@@ -12,6 +12,7 @@ from gpuprof import open_run
 from gpuprof.launch import free_port
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", [["gpuprof.probes.collectives"], ["gpuprof", "sweep"]])
 def test_torchrun_module_entry(tmp_path: Path, entry: list[str]) -> None:
     cmd = [

@@ -1,4 +1,5 @@
-"""Collective bandwidth with nccl-tests semantics (REFERENCE.md; nccl-tests doc/PERFORMANCE.md).
+"""Collective bandwidth with nccl-tests semantics (docs/methodology.md;
+nccl-tests doc/PERFORMANCE.md).
 
 algbw = S / t with S the nccl-tests "size" column; busbw = algbw x a per-op factor that makes
 numbers comparable with the unidirectional link bandwidth. A collective ends when its slowest
@@ -8,9 +9,12 @@ median of those maxima (never a mean of per-rank bandwidths).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
-from gpuprof.analysis import require_columns
+from gpuprof.analysis import RunTables, gpu_model, require_columns
+from gpuprof.hardware import gpu_peaks
 
 
 def bus_factor(op: str, num_ranks: int) -> float:
@@ -81,3 +85,21 @@ def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
     summary["nwrong"] = summary["nwrong"].astype("Int64")
     order = ["scope", "world_size", "group", "op", "in_place", "dtype", "size_bytes"]
     return summary[SUMMARY_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def collective_pct_of_peak(summary: pd.DataFrame, info: dict[str, Any]) -> pd.Series:
+    """busbw as % of the GPU's NVLink rate per direction, for single-node scopes; else empty
+    (a network scope's peak would need the rank-to-NIC mapping)."""
+    peaks = gpu_peaks(gpu_model(info))
+    link = peaks.nvlink_gbps if peaks else None
+    if not link:
+        return pd.Series([None] * len(summary), index=summary.index, dtype="object")
+    pct = 100 * summary["busbw_gbps"] / link
+    return pct.where(summary["num_nodes"] == 1)
+
+
+def summarize_run(run: RunTables) -> pd.DataFrame:
+    """The collectives summary of a run, with % of the link for single-node scopes."""
+    summary = summarize_collectives(run.table("collectives"))
+    summary["pct_of_peak"] = collective_pct_of_peak(summary, run.info)
+    return summary

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from gpuprof.analysis import require_columns
+from gpuprof.analysis import RunTables, gpu_names, require_columns
 from gpuprof.hardware import gpu_peaks, pcie_x16_gbps, pct_of_peak
 
 _KEYS = ["rank", "host", "group"]
@@ -77,3 +77,13 @@ def summarize_compute(
         )
     ]
     return summary
+
+
+def summarize_memory_run(run: RunTables) -> pd.DataFrame:
+    """The memory summary of a run (GPU names from run.json for % of peak)."""
+    return summarize_memory(run.table("memory"), gpu_names(run.info))
+
+
+def summarize_compute_run(run: RunTables) -> pd.DataFrame:
+    """The compute summary of a run (GPU names from run.json for % of peak)."""
+    return summarize_compute(run.table("compute"), gpu_names(run.info))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuprof.analysis import require_columns
+from gpuprof.analysis import RunTables, require_columns
 
 KEYS = ["scope", "world_size", "num_nodes", "group", "case_id"]
 COMPONENTS = ["forward_us", "backward_compute_us", "exposed_comm_us", "optimizer_us"]
@@ -156,3 +156,8 @@ def variants(summary: pd.DataFrame) -> pd.DataFrame:
     base = largest["samples_per_s"].iloc[0]
     largest["gain_pct"] = 100 * (largest["samples_per_s"] / base - 1)
     return largest
+
+
+def summarize_run(run: RunTables) -> pd.DataFrame:
+    """The DDP summary of a run."""
+    return summarize_ddp(run.table("ddp"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis import require_columns
+from gpuprof.analysis import RunTables, require_columns
 
 FLAG_BELOW = 0.70
 _PAIR = ["group", "mode", "size_bytes", "rank_a", "rank_b"]
@@ -77,3 +77,8 @@ def summarize_p2p(frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
         for a, b in zip(summary["rank_a"], summary["rank_b"], strict=True)
     ]
     return flag_outliers(summary).sort_values(["mode", "rank_a", "rank_b"]).reset_index(drop=True)
+
+
+def summarize_run(run: RunTables) -> pd.DataFrame:
+    """The p2p summary of a run (hosts, bus ids and topology from run.json)."""
+    return summarize_p2p(run.table("p2p"), run.info)

@@ -1,6 +1,6 @@
 """Pipeline bubbles: theory per schedule and measurement from per-rank timelines.
 
-Theory (REFERENCE.md; p stages, m micro-batches, v chunks per rank):
+Theory (docs/methodology.md; p stages, m micro-batches, v chunks per rank):
 - GPipe (Huang et al., arXiv 1811.06965) and 1F1B (Narayanan et al., arXiv 2104.04473):
   bubble / ideal = (p-1)/m; Interleaved 1F1B: (p-1)/(v m). As a fraction of the step:
   x / (1 + x).
@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis import require_columns
+from gpuprof.analysis import RunTables, require_columns
 
 COMPUTE_KINDS = ("F", "B", "W")
 
@@ -296,7 +296,7 @@ def summarize_pipeline(cases: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFr
                 "imbalance_pct": 100 * (float(per_rank.max()) / float(per_rank.mean()) - 1),
                 "bottleneck_rank": slowest_rank,
                 "model_step_us": model,
-                "model_error_pct": 100 * (step / model - 1) if model == model else float("nan"),
+                "model_error_pct": 100 * (step / model - 1) if pd.notna(model) else float("nan"),
                 "clock_error_us": float(info["clock_error_us"]),
                 "median_iteration": int(median_iteration),  # the step the Gantt chart draws
             }
@@ -325,3 +325,8 @@ def stage_table(cases: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
         per_rank["balanced_layers"] = (share * total).round().astype("Int64")
         frames.append(per_rank)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def summarize_run(run: RunTables) -> pd.DataFrame:
+    """The pipeline summary of a run (its cases and their timeline)."""
+    return summarize_pipeline(run.table("pipeline"), run.table("pipeline_timeline"))

@@ -1,65 +1,70 @@
-"""One summary per table, as `gpuprof show` prints it (the single dispatch point)."""
+"""One summary per probe table, as `gpuprof show` prints it: dispatched by the registry."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pandas as pd
 
-from gpuprof.analysis.bandwidth import summarize_collectives
-from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
-from gpuprof.analysis.ddp import summarize_ddp
-from gpuprof.analysis.p2p import summarize_p2p
-from gpuprof.analysis.pipeline import summarize_pipeline
-from gpuprof.errors import UsageError
-from gpuprof.hardware import gpu_peaks
-from gpuprof.store import Run
+from gpuprof import registry
+from gpuprof.analysis import RunTables
 
-SUMMARIZED = ("collectives", "p2p", "memory", "compute", "ddp", "pipeline")
+T = TypeVar("T")
 
 
-def gpu_names(info: dict[str, Any]) -> dict[int, str]:
-    """rank -> GPU name from run.json `ranks` (empty on CPU)."""
-    return {int(r["rank"]): r["gpu_name"] for r in info.get("ranks") or [] if r.get("gpu_name")}
+def summarize_run(run: RunTables, probe: str) -> pd.DataFrame:
+    """The summary of probe `probe` in `run` (one row per case and group or device)."""
+    summarizer: Any = registry.load(registry.get(probe).summarize)
+    summary = summarizer(run)
+    assert isinstance(summary, pd.DataFrame)
+    return summary
 
 
-def gpu_model(info: dict[str, Any]) -> str | None:
-    """The GPU name of the run (rank 0's), None on CPU."""
-    ranks = info.get("ranks") or []
-    return next((r["gpu_name"] for r in ranks if r.get("gpu_name")), None)
+class Analyzed:
+    """A run with its summaries computed once each (the report's sections and the advice
+    share them)."""
 
+    def __init__(self, run: RunTables) -> None:
+        self.run = run
+        self.info = run.info
+        self._summaries: dict[str, pd.DataFrame] = {}
+        self._cache: dict[str, Any] = {}
 
-def collective_pct_of_peak(summary: pd.DataFrame, info: dict[str, Any]) -> pd.Series:
-    """busbw as % of the GPU's NVLink rate per direction, for single-node scopes; else empty
-    (a network scope's peak would need the rank-to-NIC mapping)."""
-    peaks = gpu_peaks(gpu_model(info))
-    link = peaks.nvlink_gbps if peaks else None
-    if not link:
-        return pd.Series([None] * len(summary), index=summary.index, dtype="object")
-    pct = 100 * summary["busbw_gbps"] / link
-    return pct.where(summary["num_nodes"] == 1)
+    def has(self, *tables: str) -> bool:
+        """Whether the run has every one of `tables`."""
+        return all(t in self.run.tables() for t in tables)
 
+    def summary(self, probe: str) -> pd.DataFrame:
+        """The probe's summary (computed on first use)."""
+        if probe not in self._summaries:
+            self._summaries[probe] = summarize_run(self.run, probe)
+        return self._summaries[probe]
 
-def summarize_run(run: Run, table: str) -> pd.DataFrame:
-    """The summary of a run's `table`, with the other tables it needs (a pipeline's
-    timeline)."""
-    if table == "pipeline":
-        return summarize_pipeline(run.table("pipeline"), run.table("pipeline_timeline"))
-    return summarize(table, run.table(table), run.info)
+    def cached(self, key: str, compute: Callable[[], T]) -> T:
+        """`compute()` once per run for `key` (a table several sections and rules share)."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        result: T = self._cache[key]
+        return result
 
+    def timed_tables(self) -> dict[str, pd.DataFrame]:
+        """Every table with case time windows (what telemetry is attributed to)."""
+        frames = {t: self.run.table(t) for t in self.run.tables() if t != "telemetry"}
+        return {t: f for t, f in frames.items() if "end_unix_ns" in f.columns}
 
-def summarize(table: str, frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
-    """The summary of `table` (one row per case and group or device)."""
-    if table == "collectives":
-        summary = summarize_collectives(frame)
-        summary["pct_of_peak"] = collective_pct_of_peak(summary, info)
-        return summary
-    if table == "p2p":
-        return summarize_p2p(frame, info)
-    if table == "memory":
-        return summarize_memory(frame, gpu_names(info))
-    if table == "compute":
-        return summarize_compute(frame, gpu_names(info))
-    if table == "ddp":
-        return summarize_ddp(frame)
-    raise UsageError(f"no summary for table {table!r}", f"tables: {', '.join(SUMMARIZED)}")
+    def attributed(self) -> pd.DataFrame:
+        """Each case's telemetry (NIC bytes, throttling), computed once; empty without it."""
+        from gpuprof.analysis.health import attribute, case_windows
+
+        def compute() -> pd.DataFrame:
+            if "telemetry" not in self.run.tables():
+                return pd.DataFrame()
+            telemetry = self.run.table("telemetry")
+            tables = self.timed_tables()
+            if not tables:
+                return pd.DataFrame()
+            parts = [attribute(case_windows(t), telemetry) for t in tables.values()]
+            return pd.concat(parts, ignore_index=True)
+
+        return self.cached("attributed", compute)

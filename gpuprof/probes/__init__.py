@@ -1,15 +1,5 @@
 """Rank-side probes. Importing this package does not import torch; the probe modules do.
 
-A new probe = one module with `run(ctx, params, num_nodes, gpus_per_node)` + one entry here.
+A probe module describes its cases and has `run(ctx, params, num_nodes, gpus_per_node)`; the
+harness (`_harness.py`) does the rest. Its registry entry (`gpuprof/registry.py`) names it.
 """
-
-from __future__ import annotations
-
-PROBE_MODULES = {
-    "collectives": "gpuprof.probes.collectives",
-    "p2p": "gpuprof.probes.p2p",
-    "memory": "gpuprof.probes.memory",
-    "compute": "gpuprof.probes.compute",
-    "ddp": "gpuprof.probes.ddp",
-    "pipeline": "gpuprof.probes.pipeline",
-}

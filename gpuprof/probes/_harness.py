@@ -17,10 +17,8 @@ import math
 import os
 import socket
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -29,8 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpuprof.plan import GroupSpec
+from gpuprof.groups import GroupSpec
 from gpuprof.probes._transfer import Shipper
+from gpuprof.probes._watchdog import Watchdog
 from gpuprof.records import (
     CaseRecord,
     ShardWriter,
@@ -70,7 +69,7 @@ class Context:
     home_rank: int = 0  # the rank whose run folder collects every record
     shipper: Shipper | None = None
     completed: set[tuple[Any, ...]] = field(default_factory=set)  # (probe, scope, n, group, id)
-    _watchdog: _Watchdog | None = field(default=None, repr=False)
+    _watchdog: Watchdog | None = field(default=None, repr=False)
 
     def log(self, message: str) -> None:
         """Progress on stderr, from global rank 0 only."""
@@ -125,7 +124,7 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
     )
     if run_dir is not None:
         attach_shard(ctx, run_dir)
-    ctx._watchdog = _Watchdog(ctx)
+    ctx._watchdog = Watchdog(ctx)
     return ctx
 
 
@@ -249,44 +248,6 @@ class Budget:
             max_iters=params.max_iters,
             budget_s=params.budget_s,
         )
-
-
-class _Watchdog:
-    """Ends this rank (exit 3) with a failure record when one case outlives its timeout."""
-
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
-        self._case: tuple[str, str, Where, float] | None = None
-        self._lock = threading.Lock()
-        threading.Thread(target=self._loop, name="gpuprof-watchdog", daemon=True).start()
-
-    @contextmanager
-    def watch(self, probe: str, case_id: str, where: Where) -> Iterator[None]:
-        with self._lock:
-            self._case = (probe, case_id, where, time.monotonic())
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._case = None
-
-    def _loop(self) -> None:
-        while True:
-            time.sleep(min(1.0, self._ctx.case_timeout_s / 10))
-            with self._lock:
-                case = self._case
-            if case and time.monotonic() - case[3] > self._ctx.case_timeout_s:
-                probe, case_id, where, _ = case
-                error = f"case timed out after {self._ctx.case_timeout_s:g} s"
-                self._ctx.writer.write(failure_record(probe, case_id, where, error))
-                self._ctx.writer.flag_failure()
-                print(
-                    f"gpuprof: rank {self._ctx.rank} on {self._ctx.host}: {probe} {case_id}: "
-                    f"{error}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                os._exit(3)
 
 
 def _time_cpu(op: Callable[[], None], iters: int) -> list[float]:

@@ -1,5 +1,5 @@
 """Collectives with nccl-tests semantics: all_reduce, all_gather, reduce_scatter, broadcast,
-reduce, all_to_all and a send/recv ring (REFERENCE.md table; nccl-tests src/*.cu).
+reduce, all_to_all and a send/recv ring (docs/methodology.md; nccl-tests src/*.cu).
 
 The size column S follows nccl-tests: the buffer for all_reduce / broadcast / reduce / sendrecv,
 the total output for all_gather, the total input for reduce_scatter, and the per-rank send
@@ -25,7 +25,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpuprof.plan import CollectivesParams
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -37,6 +36,7 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
+from gpuprof.specs.collectives import CollectivesParams
 from gpuprof.units import format_size
 
 PROBE = "collectives"
@@ -329,19 +329,14 @@ def cases(ctx: Context, scope: Scope, params: CollectivesParams) -> list[Case]:
 
 def run(ctx: Context, params: CollectivesParams, num_nodes: int, gpus_per_node: int) -> None:
     """Measure every case in every scope of the job (the probe's entry for a sweep)."""
-    from gpuprof.plan import scope_groups
+    from gpuprof.groups import scope_groups
 
     budget = Budget.of(params)
     scopes = make_scopes(ctx, scope_groups(num_nodes, gpus_per_node, params.scopes))
     run_cases(ctx, PROBE, scopes, lambda scope: cases(ctx, scope, params), budget)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.collectives [options]`: one probe, nccl-tests style."""
-    from gpuprof.probes.sweep import standalone_main
-
-    standalone_main(PROBE, argv)
-
-
 if __name__ == "__main__":
-    main()
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from gpuprof.plan import CeilingParams, device_scopes
+from gpuprof.groups import device_scopes
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -24,6 +24,7 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
+from gpuprof.specs.ceilings import CeilingParams
 
 PROBE = "compute"
 TORCH_DTYPES = {
@@ -85,12 +86,7 @@ def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int)
     run_cases(ctx, PROBE, scopes, lambda s: [_case(ctx, params, d) for d in params.dtypes], budget)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.compute [options]`."""
-    from gpuprof.probes.sweep import standalone_main
-
-    standalone_main(PROBE, argv)
-
-
 if __name__ == "__main__":
-    main()
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)

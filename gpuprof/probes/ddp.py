@@ -34,7 +34,6 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from gpuprof.plan import DDPParams, ddp_scopes, parse_variant
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -46,6 +45,7 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
+from gpuprof.specs.ddp import DDPParams, ddp_scopes, parse_variant
 
 PROBE = "ddp"
 LOGGING_FIELDS = {  # DDP logging data (ns) -> our column (us)
@@ -331,12 +331,7 @@ def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> 
     run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.ddp [options]`."""
-    from gpuprof.probes.sweep import standalone_main
-
-    standalone_main(PROBE, argv)
-
-
 if __name__ == "__main__":
-    main()
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)

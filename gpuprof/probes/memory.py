@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from gpuprof.plan import CeilingParams, device_scopes
+from gpuprof.groups import device_scopes
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
+from gpuprof.specs.ceilings import CeilingParams
 from gpuprof.units import format_size
 
 PROBE = "memory"
@@ -69,12 +70,7 @@ def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int)
     run_cases(ctx, PROBE, scopes, lambda scope: [_case(ctx, params, k) for k in kinds], budget)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.memory [options]`."""
-    from gpuprof.probes.sweep import standalone_main
-
-    standalone_main(PROBE, argv)
-
-
 if __name__ == "__main__":
-    main()
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)

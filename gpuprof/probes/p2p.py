@@ -19,8 +19,9 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from gpuprof.plan import GroupSpec, P2PParams, pair_rounds
+from gpuprof.groups import GroupSpec
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, Scope, make_scopes, run_cases
+from gpuprof.specs.p2p import P2PParams, pair_rounds
 from gpuprof.units import format_size
 
 PROBE = "p2p"
@@ -121,12 +122,7 @@ def run(ctx: Context, params: P2PParams, num_nodes: int, gpus_per_node: int) -> 
     run_cases(ctx, PROBE, scopes, lambda scope: cases(ctx, scope, params, peers), budget)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.p2p [options]`."""
-    from gpuprof.probes.sweep import standalone_main
-
-    standalone_main(PROBE, argv)
-
-
 if __name__ == "__main__":
-    main()
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpuprof.plan import MULTI_CHUNK_SCHEDULES, PipelineParams, scope_groups
+from gpuprof.groups import scope_groups
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -41,6 +41,7 @@ from gpuprof.probes._harness import (
     run_cases,
 )
 from gpuprof.records import timeline_record
+from gpuprof.specs.pipeline import MULTI_CHUNK_SCHEDULES, PipelineParams
 
 PROBE = "pipeline"
 V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
@@ -283,12 +284,7 @@ def run(ctx: Context, params: PipelineParams, num_nodes: int, gpus_per_node: int
     run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.pipeline [options]`."""
-    from gpuprof.probes.sweep import standalone_main
-
-    standalone_main(PROBE, argv)
-
-
 if __name__ == "__main__":
-    main()
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)

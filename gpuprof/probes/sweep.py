@@ -1,7 +1,9 @@
-"""Rank-side entry points: the sweep worker the launchers start, and one-probe standalone mains.
+"""Rank-side entry points: the sweep worker the launchers start, and the measuring part of a
+job torchrun started by hand (`gpuprof sweep` or `-m gpuprof.probes.<probe>` under torchrun).
 
 python -m torch.distributed.run ... -m gpuprof.probes.sweep --run-dir DIR   (launchers)
-torchrun --nproc-per-node 4 -m gpuprof.probes.collectives [options]         (by hand)
+
+This module neither launches nor reports: the launcher side (`gpuprof.runner`) does.
 """
 
 from __future__ import annotations
@@ -14,26 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import click
 import torch.distributed as dist
 
 from gpuprof import env as gpuenv
-from gpuprof.errors import GpuprofError
-from gpuprof.options import pop_probe_options, probe_options, suite_params
+from gpuprof import registry
 from gpuprof.plan import SweepPlan
-from gpuprof.probes import PROBE_MODULES
-from gpuprof.probes._harness import Context, attach_shard, init, rank_info, resolve_device
+from gpuprof.probes._harness import Context, attach_shard, init, rank_info
 from gpuprof.records import RANKS_DIR
-from gpuprof.store import (
-    DEFAULT_OUT,
-    PLAN_JSON,
-    RESUME_JSON,
-    check_out_dir,
-    check_tag,
-    read_json,
-    start_run,
-    update_run_json,
-)
+from gpuprof.store import PLAN_JSON, RESUME_JSON, read_json, start_run, update_run_json
 from gpuprof.telemetry import sampler as telemetry
 
 
@@ -83,8 +73,8 @@ def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
     sampler = _start_telemetry(ctx, plan, run_dir)
     try:
         for probe in plan.probes:
-            module = importlib.import_module(PROBE_MODULES[probe])
-            module.run(ctx, getattr(plan, probe), plan.num_nodes, plan.gpus_per_node)
+            module = importlib.import_module(registry.get(probe).rank_module)
+            module.run(ctx, plan.params[probe], plan.num_nodes, plan.gpus_per_node)
     finally:
         if sampler is not None:
             telemetry.stop(sampler)
@@ -201,18 +191,10 @@ def preflight(
     return problems
 
 
-def run_inline(
-    plan: SweepPlan,
-    out: Path,
-    tag: str,
-    argv: list[str],
-    print_table: bool = False,
-    report: bool = True,
-) -> None:
+def run_inline(plan: SweepPlan, out: Path, tag: str, argv: list[str]) -> Path | None:
     """Run as one rank of a job someone else launched (torchrun by hand): rank 0 creates the
-    run folder and finishes it; every rank measures."""
-    check_out_dir(out)
-    check_tag(tag)
+    run folder; every rank measures. Returns the run folder on the rank that holds it (which
+    then finishes the run), None on the others."""
     ctx = init(None, plan.device, plan.case_timeout_s)
     run_dir = start_run(plan, out, tag, argv, "torchrun") if ctx.rank == 0 else None
     plan, run_dir = join_job(ctx, run_dir=run_dir, out=out, home_capable=ctx.rank == 0)
@@ -221,54 +203,9 @@ def run_inline(
     except PreflightError as exc:
         ctx.log(f"gpuprof: preflight failed: {exc}")
         sys.exit(1)
-    if ctx.rank == ctx.home_rank:
-        from gpuprof.launch import finish_run
-
-        finish_run(run_dir, returncode=0, print_table=print_table)
-        if report:
-            from gpuprof.reports.html import write_report
-            from gpuprof.store import Run
-
-            print(write_report(Run(run_dir)))
+    dist.barrier()
     dist.destroy_process_group()
-
-
-def _standalone(
-    probe: str, out: str, tag: str, device: str, suite: str, timeout: float, opts: dict[str, Any]
-) -> None:
-    world, local = gpuenv.torchrun_sizes()
-    resolved = resolve_device(device)
-    plan = SweepPlan(
-        num_nodes=max(1, world // local),
-        gpus_per_node=local,
-        device=resolved,
-        suite=suite,
-        probes=(probe,),
-        case_timeout_s=timeout,
-        **suite_params(suite, resolved, opts),
-    )
-    run_inline(plan, Path(out), tag, sys.argv, print_table=True)
-
-
-def standalone_main(probe: str, argv: list[str] | None = None) -> None:
-    """`torchrun ... -m gpuprof.probes.<probe>`: measure one probe and print its table."""
-
-    @click.command(name=f"gpuprof.probes.{probe}")
-    @probe_options(probe)
-    @click.option("--out", default=str(DEFAULT_OUT), show_default=True)
-    @click.option("--tag", default=probe, show_default=True)
-    @click.option("--device", default="auto", type=click.Choice(["auto", "cuda", "cpu"]))
-    @click.option("--suite", default="quick", type=click.Choice(["quick", "standard", "full"]))
-    @click.option("--timeout", default=300.0, show_default=True, help="seconds per case")
-    def command(**kwargs: Any) -> None:
-        opts = pop_probe_options(kwargs)
-        try:
-            _standalone(probe, opts=opts, **kwargs)
-        except GpuprofError as exc:
-            print(f"gpuprof: error: {exc.one_line()}", file=sys.stderr)
-            sys.exit(exc.exit_code)
-
-    command.main(args=argv, standalone_mode=True)
+    return run_dir if ctx.rank == ctx.home_rank else None
 
 
 if __name__ == "__main__":

@@ -32,17 +32,23 @@ def busbw_figure(summary: pd.DataFrame, op: str, dtype: str) -> go.Figure:
                 y=series["busbw_gbps"],
                 mode="lines+markers",
                 name=_series_label(first, both_modes),
-                customdata=[[format_size(s), t] for s, t in
-                            zip(series["size_bytes"], series["time_us"])],
+                customdata=[
+                    [format_size(s), t]
+                    for s, t in zip(series["size_bytes"], series["time_us"], strict=True)
+                ],
                 hovertemplate="%{customdata[0]}: %{y:.3f} GB/s busbw, "
-                              "%{customdata[1]:.1f} us<extra>%{fullData.name}</extra>",
+                "%{customdata[1]:.1f} us<extra>%{fullData.name}</extra>",
             )
         )
     sizes = sorted(rows["size_bytes"].unique())
     fig.update_layout(
         title=f"{op} ({dtype}): bus bandwidth",
-        xaxis={"type": "log", "title": "size", "tickvals": sizes,
-               "ticktext": [format_size(s) for s in sizes]},
+        xaxis={
+            "type": "log",
+            "title": "size",
+            "tickvals": sizes,
+            "ticktext": [format_size(s) for s in sizes],
+        },
         yaxis={"title": "busbw (GB/s)", "rangemode": "tozero"},
         height=380,
         margin={"l": 60, "r": 20, "t": 50, "b": 60},
@@ -65,20 +71,36 @@ def pair_heatmap(summary: pd.DataFrame, mode: str) -> go.Figure:
         value = float(rec[column])
         mark = " SLOW" if rec["flagged"] else ""
         label = f"{value:.1f} us" if latency else f"{value:.3g} GB/s{mark}"
-        for i, j in ((index[rec["rank_a"]], index[rec["rank_b"]]),
-                     (index[rec["rank_b"]], index[rec["rank_a"]])):
+        for i, j in (
+            (index[rec["rank_a"]], index[rec["rank_b"]]),
+            (index[rec["rank_b"]], index[rec["rank_a"]]),
+        ):
             z[i][j], text[i][j] = value, f"{label} ({rec['link_class']})"
     names = [f"rank {r}" for r in ranks]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=names, y=names, text=text, texttemplate="%{text}", hoverinfo="text",
-        colorscale="Viridis_r" if latency else "Viridis",
-        colorbar={"title": "us" if latency else "GB/s"},
-    ))
-    title = {"uni": "one direction", "bidir": "both directions at once, per direction",
-             "latency": "ping-pong latency (round trip / 2)"}.get(mode, mode)
-    fig.update_layout(title=f"p2p {mode}: {title}", height=120 + 45 * len(ranks),
-                      yaxis={"autorange": "reversed"}, template="plotly_white",
-                      margin={"l": 70, "r": 20, "t": 50, "b": 40})
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=names,
+            y=names,
+            text=text,
+            texttemplate="%{text}",
+            hoverinfo="text",
+            colorscale="Viridis_r" if latency else "Viridis",
+            colorbar={"title": "us" if latency else "GB/s"},
+        )
+    )
+    title = {
+        "uni": "one direction",
+        "bidir": "both directions at once, per direction",
+        "latency": "ping-pong latency (round trip / 2)",
+    }.get(mode, mode)
+    fig.update_layout(
+        title=f"p2p {mode}: {title}",
+        height=120 + 45 * len(ranks),
+        yaxis={"autorange": "reversed"},
+        template="plotly_white",
+        margin={"l": 70, "r": 20, "t": 50, "b": 40},
+    )
     return fig
 
 
@@ -99,24 +121,50 @@ def node_figure(series: pd.DataFrame, spans: pd.DataFrame, host: str) -> go.Figu
 
     present = [s for s in _SERIES if s[0] in series.columns and series[s[0]].notna().any()]
     rows = list(dict.fromkeys(unit for _, _, unit in present))
-    fig = make_subplots(rows=max(1, len(rows)), cols=1, shared_xaxes=True,
-                        subplot_titles=rows, vertical_spacing=0.08)
+    fig = make_subplots(
+        rows=max(1, len(rows)),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=rows,
+        vertical_spacing=0.08,
+    )
     t0 = int(series["t_ns"].min()) if len(series) else 0
     seconds = (series["t_ns"] - t0) / 1e9
     for column, label, unit in present:
-        fig.add_trace(go.Scatter(x=seconds, y=series[column], name=label, mode="lines"),
-                      row=rows.index(unit) + 1, col=1)
+        fig.add_trace(
+            go.Scatter(x=seconds, y=series[column], name=label, mode="lines"),
+            row=rows.index(unit) + 1,
+            col=1,
+        )
     if "throttled" in series.columns and series["throttled"].any():
         hot = series[series["throttled"].astype(bool)]
-        fig.add_trace(go.Scatter(x=(hot["t_ns"] - t0) / 1e9, y=[0] * len(hot), mode="markers",
-                                 marker={"color": "red", "symbol": "x"}, name="throttled"),
-                      row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=(hot["t_ns"] - t0) / 1e9,
+                y=[0] * len(hot),
+                mode="markers",
+                marker={"color": "red", "symbol": "x"},
+                name="throttled",
+            ),
+            row=1,
+            col=1,
+        )
     for span in spans[spans["host"] == host].to_dict("records"):
-        fig.add_vrect(x0=(span["start_ns"] - t0) / 1e9, x1=(span["end_ns"] - t0) / 1e9,
-                      fillcolor="LightSteelBlue", opacity=0.25, line_width=0,
-                      annotation_text=span["probe"], annotation_position="top left")
-    fig.update_layout(title=f"{host}: counters during the run", height=170 + 170 * len(rows),
-                      template="plotly_white", margin={"l": 60, "r": 20, "t": 60, "b": 40})
+        fig.add_vrect(
+            x0=(span["start_ns"] - t0) / 1e9,
+            x1=(span["end_ns"] - t0) / 1e9,
+            fillcolor="LightSteelBlue",
+            opacity=0.25,
+            line_width=0,
+            annotation_text=span["probe"],
+            annotation_position="top left",
+        )
+    fig.update_layout(
+        title=f"{host}: counters during the run",
+        height=170 + 170 * len(rows),
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 60, "b": 40},
+    )
     fig.update_xaxes(title_text="seconds since the first sample", row=len(rows) or 1, col=1)
     return fig
 
@@ -149,14 +197,32 @@ def ddp_breakdown_figure(summary: pd.DataFrame) -> go.Figure:
     labels = [case_label(r) for _, r in summary.iterrows()]
     fig = go.Figure()
     for column, name, color in DDP_PARTS:
-        fig.add_trace(go.Bar(x=labels, y=summary[column] / 1e3, name=name, marker_color=color,
-                             hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>"))
-    fig.add_trace(go.Scatter(x=labels, y=summary["rank_step_us"] / 1e3, mode="markers",
-                             name="step (measured)", marker={"symbol": "line-ew-open",
-                                                             "size": 28, "color": "black"},
-                             hovertemplate="step %{y:.2f} ms<extra></extra>"))
-    fig.update_layout(title="DDP step: where the time goes (DDP logging data)",
-                      barmode="stack", yaxis={"title": "ms per step"}, height=420, **_LAYOUT)
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=summary[column] / 1e3,
+                name=name,
+                marker_color=color,
+                hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=summary["rank_step_us"] / 1e3,
+            mode="markers",
+            name="step (measured)",
+            marker={"symbol": "line-ew-open", "size": 28, "color": "black"},
+            hovertemplate="step %{y:.2f} ms<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="DDP step: where the time goes (DDP logging data)",
+        barmode="stack",
+        yaxis={"title": "ms per step"},
+        height=420,
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -165,13 +231,27 @@ def ddp_overlap_figure(summary: pd.DataFrame) -> go.Figure:
     rows = summary[summary["overlap_ab_pct"].notna() | summary["overlap_log_pct"].notna()]
     labels = [case_label(r) for _, r in rows.iterrows()]
     fig = go.Figure()
-    for column, name in (("overlap_log_pct", "DDP logging data"),
-                         ("overlap_ab_pct", "A/B (noop hook, buckets alone)")):
-        fig.add_trace(go.Bar(x=labels, y=rows[column], name=name, texttemplate="%{y:.0f}%",
-                             textposition="outside", cliponaxis=False))
-    fig.update_layout(title="Communication overlapped with backward (%)", barmode="group",
-                      yaxis={"title": "% of communication", "range": [0, 100]}, height=380,
-                      **_LAYOUT)
+    for column, name in (
+        ("overlap_log_pct", "DDP logging data"),
+        ("overlap_ab_pct", "A/B (noop hook, buckets alone)"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=rows[column],
+                name=name,
+                texttemplate="%{y:.0f}%",
+                textposition="outside",
+                cliponaxis=False,
+            )
+        )
+    fig.update_layout(
+        title="Communication overlapped with backward (%)",
+        barmode="group",
+        yaxis={"title": "% of communication", "range": [0, 100]},
+        height=380,
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -179,22 +259,45 @@ def scaling_figure(rows: pd.DataFrame) -> go.Figure:
     """Weak-scaling efficiency against world size, with the ideal line."""
     fig = go.Figure()
     worst = rows.groupby("world_size")["efficiency"].min()
-    fig.add_trace(go.Scatter(x=worst.index, y=worst.to_numpy(), mode="lines",
-                             name="lowest at each size", line={"color": "#4c78a8"},
-                             hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=worst.index,
+            y=worst.to_numpy(),
+            mode="lines",
+            name="lowest at each size",
+            line={"color": "#4c78a8"},
+            hoverinfo="skip",
+        )
+    )
     for scope, series in rows.groupby("scope", sort=False):
-        fig.add_trace(go.Scatter(
-            x=series["world_size"], y=series["efficiency"], mode="markers",
-            marker={"size": 10}, name=str(scope),
-            text=[case_label(r) for _, r in series.iterrows()],
-            hovertemplate="%{text}: %{y:.2f}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=series["world_size"],
+                y=series["efficiency"],
+                mode="markers",
+                marker={"size": 10},
+                name=str(scope),
+                text=[case_label(r) for _, r in series.iterrows()],
+                hovertemplate="%{text}: %{y:.2f}<extra></extra>",
+            )
+        )
     sizes = sorted(rows["world_size"].unique())
-    fig.add_trace(go.Scatter(x=sizes, y=[1.0] * len(sizes), mode="lines", name="ideal",
-                             line={"dash": "dash", "color": "gray"}))
-    fig.update_layout(title="Weak scaling: samples/s(n) / (n x samples/s(1))",
-                      xaxis={"title": "ranks", "tickvals": sizes, "type": "log"},
-                      yaxis={"title": "efficiency", "rangemode": "tozero"}, height=380,
-                      **_LAYOUT)
+    fig.add_trace(
+        go.Scatter(
+            x=sizes,
+            y=[1.0] * len(sizes),
+            mode="lines",
+            name="ideal",
+            line={"dash": "dash", "color": "gray"},
+        )
+    )
+    fig.update_layout(
+        title="Weak scaling: samples/s(n) / (n x samples/s(1))",
+        xaxis={"title": "ranks", "tickvals": sizes, "type": "log"},
+        yaxis={"title": "efficiency", "rangemode": "tozero"},
+        height=380,
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -212,25 +315,40 @@ def gantt_figure(events: pd.DataFrame, title: str) -> go.Figure:
         rows = events[events["kind"] == kind]
         if rows.empty:
             continue
-        label = [f"stage {s} mb {mb}" if kind != "WAIT" else "wait"
-                 for s, mb in zip(rows["stage"], rows["micro_batch"], strict=True)]
-        fig.add_trace(go.Bar(
-            y=[f"rank {r}" for r in rows["rank"]], x=(rows["end_us"] - rows["start_us"]) / 1e3,
-            base=(rows["start_us"] - origin) / 1e3, orientation="h", name=GANTT_NAMES[kind],
-            marker_color=GANTT_COLORS[kind], text=label if kind != "WAIT" else None,
-            textposition="inside", insidetextanchor="middle",
-            hovertemplate="%{text}: %{base:.2f} to %{x:.2f} ms long<extra>"
-            + GANTT_NAMES[kind] + "</extra>" if kind != "WAIT" else
-            "wait %{x:.2f} ms<extra></extra>"))
+        label = [
+            f"stage {s} mb {mb}" if kind != "WAIT" else "wait"
+            for s, mb in zip(rows["stage"], rows["micro_batch"], strict=True)
+        ]
+        fig.add_trace(
+            go.Bar(
+                y=[f"rank {r}" for r in rows["rank"]],
+                x=(rows["end_us"] - rows["start_us"]) / 1e3,
+                base=(rows["start_us"] - origin) / 1e3,
+                orientation="h",
+                name=GANTT_NAMES[kind],
+                marker_color=GANTT_COLORS[kind],
+                text=label if kind != "WAIT" else None,
+                textposition="inside",
+                insidetextanchor="middle",
+                hovertemplate="%{text}: %{base:.2f} to %{x:.2f} ms long<extra>"
+                + GANTT_NAMES[kind]
+                + "</extra>"
+                if kind != "WAIT"
+                else "wait %{x:.2f} ms<extra></extra>",
+            )
+        )
     ranks = sorted(events["rank"].unique(), reverse=True)
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="overlay",
-                      height=230 + 45 * len(ranks),
-                      xaxis={"title": "ms from the step's first forward"},
-                      yaxis={"categoryorder": "array",
-                             "categoryarray": [f"rank {r}" for r in ranks]},
-                      uniformtext={"minsize": 7, "mode": "hide"}, template="plotly_white",
-                      margin={"l": 60, "r": 20, "t": 50, "b": 90},
-                      legend={"orientation": "h", "y": -0.45})
+    fig.update_layout(
+        title={"text": title, "font": {"size": 13}},
+        barmode="overlay",
+        height=230 + 45 * len(ranks),
+        xaxis={"title": "ms from the step's first forward"},
+        yaxis={"categoryorder": "array", "categoryarray": [f"rank {r}" for r in ranks]},
+        uniformtext={"minsize": 7, "mode": "hide"},
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 90},
+        legend={"orientation": "h", "y": -0.45},
+    )
     return fig
 
 
@@ -242,18 +360,40 @@ def bubble_figure(summary: pd.DataFrame) -> go.Figure:
     for i, (schedule, rows) in enumerate(summary.groupby("schedule", sort=False)):
         rows = rows.sort_values("m")
         color = palette[i % len(palette)]
-        fig.add_trace(go.Scatter(x=rows["m"], y=rows["bubble_pct"], mode="lines+markers",
-                                 name=f"{schedule} measured", line={"color": color}))
+        fig.add_trace(
+            go.Scatter(
+                x=rows["m"],
+                y=rows["bubble_pct"],
+                mode="lines+markers",
+                name=f"{schedule} measured",
+                line={"color": color},
+            )
+        )
         if rows["theory_pct"].notna().any():
-            fig.add_trace(go.Scatter(x=rows["m"], y=rows["theory_pct"], mode="lines",
-                                     name=f"{schedule} theory",
-                                     line={"color": color, "dash": "dash"}))
-        fig.add_trace(go.Scatter(x=rows["m"], y=rows["simulated_pct"], mode="lines",
-                                 name=f"{schedule} simulated",
-                                 line={"color": color, "dash": "dot"}, visible="legendonly"))
-    fig.update_layout(title="Pipeline bubble against micro-batches",
-                      xaxis={"title": "micro-batches m",
-                             "tickvals": sorted(summary["m"].unique())},
-                      yaxis={"title": "bubble (% of the step)", "rangemode": "tozero"},
-                      height=420, **_LAYOUT)
+            fig.add_trace(
+                go.Scatter(
+                    x=rows["m"],
+                    y=rows["theory_pct"],
+                    mode="lines",
+                    name=f"{schedule} theory",
+                    line={"color": color, "dash": "dash"},
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=rows["m"],
+                y=rows["simulated_pct"],
+                mode="lines",
+                name=f"{schedule} simulated",
+                line={"color": color, "dash": "dot"},
+                visible="legendonly",
+            )
+        )
+    fig.update_layout(
+        title="Pipeline bubble against micro-batches",
+        xaxis={"title": "micro-batches m", "tickvals": sorted(summary["m"].unique())},
+        yaxis={"title": "bubble (% of the step)", "rangemode": "tozero"},
+        height=420,
+        **_LAYOUT,
+    )
     return fig

@@ -2,7 +2,7 @@
 
 NIC and InfiniBand rows carry cumulative byte counters (for attributing bytes to a case) and
 rates over the sampling interval. InfiniBand `port_xmit_data` / `port_rcv_data` count 4-byte
-words (REFERENCE.md; the IB spec's PortXmitData), so bytes = 4 x the counter.
+words (the InfiniBand spec's PortXmitData), so bytes = 4 x the counter.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """NVML counters per GPU. Every metric a device does not support is missing (None), never
-zero, and never stops the sampler (REFERENCE.md, NVML).
+zero, and never stops the sampler (nvml.h: NVML_ERROR_NOT_SUPPORTED).
 
 Rates come from counter deltas over the sampling interval: energy (mJ) -> power, NVLink
 throughput fields 138/139 (cumulative KiB, all links) -> GB/s. Counters are unsigned 64-bit;

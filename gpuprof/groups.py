@@ -1,0 +1,102 @@
+"""Process groups a probe measures in (no torch): which ranks form each group of a scope.
+
+Scopes (measured inside one launch with sub-groups): `intra`, the ranks of one node at world
+sizes 2, 4, ... (every node at once); `inter`, one rank per node; `rails`, local rank r of
+every node (every r at once); `global`, every rank; `device`, each rank alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCOPES = ("intra", "inter", "rails", "global")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSpec:
+    """One scope at one world size: the concurrent process groups that measure it.
+
+    `members` lists the ranks of each group; groups of one spec run at the same time (one per
+    node for `intra`), so a slow node stands out. `names` label each group in the tables.
+    """
+
+    scope: str
+    world_size: int
+    num_nodes: int
+    members: tuple[tuple[int, ...], ...]
+    names: tuple[str, ...]
+
+
+def intra_sizes(gpus_per_node: int, num_nodes: int) -> list[int]:
+    """Intra-node world sizes 2, 4, 8, ... and G itself; on one node G is the global scope."""
+    sizes = []
+    size = 2
+    while size < gpus_per_node:
+        sizes.append(size)
+        size *= 2
+    if num_nodes > 1 and gpus_per_node > 1:
+        sizes.append(gpus_per_node)
+    return sizes
+
+
+def scope_groups(num_nodes: int, gpus_per_node: int, scopes: tuple[str, ...]) -> list[GroupSpec]:
+    """Every group spec a sweep measures, smallest scope first."""
+    specs: list[GroupSpec] = []
+    if "intra" in scopes:
+        for size in intra_sizes(gpus_per_node, num_nodes):
+            members = tuple(
+                tuple(range(node * gpus_per_node, node * gpus_per_node + size))
+                for node in range(num_nodes)
+            )
+            names = tuple(f"node{node}" for node in range(num_nodes))
+            specs.append(
+                GroupSpec(scope="intra", world_size=size, num_nodes=1, members=members, names=names)
+            )
+    if num_nodes > 1 and "inter" in scopes:
+        # one rank per node, alone: the cleanest view of the network between nodes
+        members = (tuple(node * gpus_per_node for node in range(num_nodes)),)
+        specs.append(
+            GroupSpec(
+                scope="inter",
+                world_size=num_nodes,
+                num_nodes=num_nodes,
+                members=members,
+                names=("rail0",),
+            )
+        )
+    if num_nodes > 1 and gpus_per_node > 1 and "rails" in scopes:
+        # local rank r of every node, every r at once: a slow NIC (rail) stands out
+        members = tuple(
+            tuple(node * gpus_per_node + r for node in range(num_nodes))
+            for r in range(gpus_per_node)
+        )
+        names = tuple(f"rail{r}" for r in range(gpus_per_node))
+        specs.append(
+            GroupSpec(
+                scope="rails",
+                world_size=num_nodes,
+                num_nodes=num_nodes,
+                members=members,
+                names=names,
+            )
+        )
+    if "global" in scopes:
+        world = num_nodes * gpus_per_node
+        specs.append(
+            GroupSpec(
+                scope="global",
+                world_size=world,
+                num_nodes=num_nodes,
+                members=(tuple(range(world)),),
+                names=("all",),
+            )
+        )
+    return specs
+
+
+def device_scopes(world_size: int) -> list[GroupSpec]:
+    """One single-rank group per rank, measured one after another (each device alone)."""
+    return [
+        GroupSpec(scope="device", world_size=1, num_nodes=1, members=((r,),), names=(f"rank{r}",))
+        for r in range(world_size)
+    ]

@@ -1,0 +1,190 @@
+"""The probe registry: one `ProbeSpec` per probe, the only list of probes in gpuprof.
+
+Everything that lists probes is derived from here: the `gpuprof run <probe>` subcommands, the
+sweep's `--probes` choices and options, the plan (`plan.json`), `show --table`, the report's
+sections, the advice, and the metrics a regression check compares. This module imports
+neither torch nor pandas: what needs them (the rank side, the summarizer, the report section,
+the advice rules) is named by a `"module:attribute"` reference and imported only when used,
+so `show`, `report` and `check` never load torch.
+
+A new probe is its own modules (a spec in `gpuprof/specs/`, the rank side in
+`gpuprof/probes/`, analysis, a report section, advice rules) plus one entry in `SPEC_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprof.errors import UsageError
+from gpuprof.params import ProbeParams
+
+SUITES = ("quick", "standard", "full")
+DEVICES_MEASURED = ("cpu", "cuda")
+
+# The registry: one spec module per probe, in the order a sweep runs them and the report
+# shows them. Each module defines `SPEC`.
+SPEC_MODULES = (
+    "gpuprof.specs.collectives",
+    "gpuprof.specs.p2p",
+    "gpuprof.specs.memory",
+    "gpuprof.specs.compute",
+    "gpuprof.specs.ddp",
+    "gpuprof.specs.pipeline",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One command-line option of a probe, declared once for `gpuprof run`, `gpuprof sweep`
+    and `torchrun -m gpuprof.probes.<name>`.
+
+    `field` is the parameter it sets (after `parse`); None means the spec's `adjust` reads
+    the raw value (options that combine, like nccl-tests' -b/-e/-f)."""
+
+    flag: str  # "--copy-bytes"
+    help: str
+    field: str | None = None
+    parse: Callable[[Any], Any] | None = None  # raw value -> field value; ValueError if bad
+    type: Any = None  # click type of the raw value (None: text)
+    short: str | None = None  # "-b"
+    dest: str | None = None  # keyword name (default: the flag's words joined by _)
+    boolean: bool = False  # --x/--no-x
+
+    @property
+    def name(self) -> str:
+        """The keyword the command receives the raw value under."""
+        return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    """A number a regression check compares: the summary column, which way is better, and
+    the summary columns that identify a case across runs."""
+
+    column: str
+    better: str  # "lower" or "higher"
+    keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.better not in ("lower", "higher"):
+            raise ValueError(f"better must be 'lower' or 'higher', not {self.better!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeSpec:
+    """Everything gpuprof knows about one probe."""
+
+    name: str
+    help: str  # `gpuprof run <name> --help`: what it measures, then an example
+    params: type[ProbeParams]
+    suite: Callable[[str, str], ProbeParams]  # (suite, device cpu|cuda) -> parameters
+    options: tuple[Option, ...] = ()
+    # options without a `field`: (suite parameters, raw option values) -> field changes
+    adjust: Callable[[ProbeParams, Mapping[str, Any]], dict[str, Any]] | None = None
+    rank_module: str  # the rank side: a module with run(ctx, params, num_nodes, gpus_per_node)
+    summarize: str  # "module:function", (run) -> one summary row per case (`gpuprof show`)
+    columns: tuple[tuple[str, str], ...]  # (summary column, terminal title)
+    section: str  # "module:function", (analyzed run) -> a report Section or None
+    advice: str | None = None  # "module:function", (analyzed run) -> findings (text)
+    metrics: tuple[Metric, ...] = ()
+    tables: tuple[str, ...] = field(default=())  # run-format tables it writes (default: name)
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        """The parquet tables this probe's records consolidate into."""
+        return self.tables or (self.name,)
+
+
+ITERATION_OPTIONS = (
+    Option(
+        flag="--warmup",
+        short="-w",
+        dest="warmup_iters",
+        field="warmup_iters",
+        type=int,
+        help="warmup iterations",
+    ),
+    Option(
+        flag="--min-iters", field="min_iters", type=int, help="fewest timed iterations per case"
+    ),
+    Option(flag="--max-iters", field="max_iters", type=int, help="most timed iterations per case"),
+    Option(
+        flag="--budget-ms",
+        field="budget_s",
+        type=float,
+        parse=lambda ms: ms / 1e3,
+        help="time budget per case (iterations adapt)",
+    ),
+)
+
+_SPECS: dict[str, ProbeSpec] = {}
+
+
+def specs() -> dict[str, ProbeSpec]:
+    """name -> spec of every registered probe, in sweep order."""
+    if not _SPECS:
+        for module_name in SPEC_MODULES:
+            spec = importlib.import_module(module_name).SPEC
+            if not isinstance(spec, ProbeSpec):
+                raise TypeError(f"{module_name}.SPEC is not a ProbeSpec")
+            _SPECS[spec.name] = spec
+    return _SPECS
+
+
+def names() -> tuple[str, ...]:
+    """Every probe name, in sweep order."""
+    return tuple(specs())
+
+
+def get(name: str) -> ProbeSpec:
+    """The spec of probe `name`; a UsageError naming the choices otherwise."""
+    found = specs().get(name)
+    if found is None:
+        raise UsageError(f"unknown probe {name!r}", f"choose from {', '.join(names())}")
+    return found
+
+
+def table_owner(table: str) -> ProbeSpec | None:
+    """The probe whose records make `table` (None for telemetry or an unknown table)."""
+    return next((s for s in specs().values() if table in s.table_names), None)
+
+
+def load(ref: str) -> Any:
+    """Import a `"module:attribute"` reference."""
+    module_name, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def parse_option(option: Option, raw: Any) -> Any:
+    """The field value of one option's raw value; a UsageError naming the option if bad."""
+    if option.parse is None:
+        return raw
+    try:
+        return option.parse(raw)
+    except ValueError as exc:
+        raise UsageError(f"invalid {option.flag} {raw!r}: {exc}", option.help) from None
+
+
+def params_for(spec: ProbeSpec, suite: str, device: str, opts: Mapping[str, Any]) -> ProbeParams:
+    """The probe's parameters: the suite's preset for the device, then the options given
+    (None = not given; the iteration options apply to every probe)."""
+    from dataclasses import replace
+
+    base = spec.suite(suite, device)
+    changes: dict[str, Any] = {}
+    for option in (*spec.options, *ITERATION_OPTIONS):
+        raw = opts.get(option.name)
+        if raw is not None and option.field is not None:
+            changes[option.field] = parse_option(option, raw)
+    if spec.adjust is not None:
+        changes.update(spec.adjust(base, opts))
+    return replace(base, **changes)  # type: ignore[type-var]  # every params is a dataclass
+
+
+def option_names() -> tuple[str, ...]:
+    """The keyword names of every probe option and the iteration options."""
+    own = [o.name for s in specs().values() for o in s.options]
+    return (*own, *(o.name for o in ITERATION_OPTIONS))

@@ -1,0 +1,206 @@
+"""A sweep from start to end on this node, for `gpuprof sweep`, `gpuprof run <probe>` and the
+`torchrun -m gpuprof.probes.<probe>` mains.
+
+The plan comes from the options (or from the run being resumed). Then either this process
+launches the node's ranks and supervises them (local, manual, slurm launchers), or torchrun
+started this process as one rank and it measures itself ("torchrun" launcher). Node 0 (or
+rank 0) finishes the run: consolidates, sets the status and writes the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuprof.errors import UsageError
+from gpuprof.launch import (
+    LaunchConfig,
+    check_launch,
+    dry_run_commands,
+    node_command,
+    resolve_launcher,
+    this_host,
+)
+from gpuprof.plan import SweepPlan, build_plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepRequest:
+    """What the user asked for, as the command line gave it."""
+
+    probes: tuple[str, ...]
+    opts: Mapping[str, Any] = field(default_factory=dict)  # probe options; None = not given
+    out: Path = Path("reports")
+    tag: str = "sweep"
+    argv: list[str] = field(default_factory=list)
+    nodes: int = 1
+    gpus: int | None = None  # default: the visible GPUs, or 2 ranks on CPU
+    suite: str = "quick"
+    device: str = "auto"
+    timeout: float = 300.0
+    telemetry_hz: float = 10.0
+    launcher: str = "auto"
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    resume: str | None = None
+    report: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepResult:
+    """Where a sweep wrote its run, and how it ended (`home`: this node holds the run)."""
+
+    run_dir: Path | None
+    status: str
+    failures: list[dict[str, Any]]
+    report: Path | None
+    home: bool = True
+    note: str | None = None  # said instead of measuring (a resumed run that is complete)
+    silent: bool = False  # a rank torchrun started that does not hold the run: nothing to say
+
+
+def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
+    """The plan of a new run: job shape from torchrun's environment or the options."""
+    from gpuprof.env import plan_device
+
+    nodes, gpus = request.nodes, request.gpus
+    if kind == "torchrun":  # started by torchrun on every rank: its sizes are the job's
+        from gpuprof.env import torchrun_sizes
+
+        world, local = torchrun_sizes()
+        nodes, gpus = max(1, world // local), local
+    if gpus is not None and gpus < 1:
+        raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
+    device, visible = plan_device(request.device)
+    if gpus is None:
+        gpus = visible if device == "cuda" else 2
+    if device == "cuda" and gpus > visible and kind != "torchrun":
+        raise UsageError(
+            f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
+        )
+    return build_plan(
+        request.probes,
+        request.opts,
+        nodes=nodes,
+        gpus=gpus,
+        suite=request.suite,
+        device=device,
+        timeout=request.timeout,
+        telemetry_hz=request.telemetry_hz,
+    )
+
+
+def _config(request: SweepRequest, kind: str) -> LaunchConfig:
+    return LaunchConfig(
+        launcher=kind,
+        node_rank=request.node_rank,
+        master_addr=request.master_addr,
+        master_port=request.master_port,
+    )
+
+
+def dry_run(request: SweepRequest) -> list[str]:
+    """The commands the sweep would run, one per node; nothing is written."""
+    from gpuprof.store import check_out_dir, check_tag
+
+    check_tag(request.tag)
+    kind = resolve_launcher(request.launcher)
+    if kind == "torchrun":
+        raise UsageError("--dry-run under torchrun: this process is already a rank")
+    plan = plan_for(request, kind)
+    check_out_dir(request.out)
+    return dry_run_commands(plan, check_launch(plan, _config(request, kind)), request.out)
+
+
+def sweep(request: SweepRequest) -> SweepResult:
+    """Measure: create (or resume) the run, launch or join the ranks, and finish the run."""
+    from gpuprof.store import check_out_dir, check_tag, open_run, resume_plan
+
+    check_tag(request.tag)
+    kind = resolve_launcher(request.launcher)
+    resume_dir = None
+    if request.resume is not None:
+        run = open_run(request.resume, request.out)
+        if run.status == "complete":
+            note = f"{run.path} is complete; nothing to resume"
+            return SweepResult(
+                run_dir=run.path, status="complete", failures=[], report=None, note=note
+            )
+        resume_dir, plan = run.path, resume_plan(run.path)
+    else:
+        plan = plan_for(request, kind)
+    check_out_dir(request.out)
+    if kind == "torchrun":
+        return _inline(plan, request)
+    cfg = check_launch(plan, _config(request, kind))
+    if cfg.launcher == "manual" and cfg.node_rank != 0:
+        return _helper_node(plan, cfg, request.out)
+    return _home_node(plan, cfg, request, resume_dir)
+
+
+def _home_node(
+    plan: SweepPlan, cfg: LaunchConfig, request: SweepRequest, resume: Path | None
+) -> SweepResult:
+    """Create the run (or resume one), launch this node's ranks once, supervise, finish."""
+    from gpuprof.finish import finish_run
+    from gpuprof.store import prepare_resume, start_run
+    from gpuprof.supervise import supervise
+
+    if resume is not None:
+        run_dir = prepare_resume(resume, request.argv)
+    else:
+        run_dir = start_run(plan, request.out, request.tag, request.argv, cfg.launcher)
+    launch = node_command(plan, cfg, run_dir=run_dir, out=request.out)
+    supervised = supervise(launch, run_dir, plan.case_timeout_s)
+    done = finish_run(run_dir, supervised.returncode, supervised, report=request.report)
+    return SweepResult(
+        run_dir=run_dir,
+        status=done.info["status"],
+        failures=done.info["failures"],
+        report=done.report,
+    )
+
+
+def _helper_node(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> SweepResult:
+    """A node other than node 0: measure, keep a local copy of this node's shards."""
+    import tempfile
+
+    from gpuprof.supervise import supervise
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpuprof-") as tmp:
+        handoff = Path(tmp) / "run_dir"
+        launch = node_command(plan, cfg, run_dir=None, out=out, handoff=handoff)
+        supervised = supervise(launch, None, plan.case_timeout_s, handoff=handoff)
+    status = "complete" if supervised.returncode == 0 else "failed"
+    failures = []
+    if status != "complete":
+        error = supervised.reason or f"torchrun exited with {supervised.returncode}"
+        failures.append(
+            {"rank": None, "host": this_host(), "probe": None, "case_id": None, "error": error}
+        )
+    return SweepResult(
+        run_dir=supervised.run_dir, status=status, failures=failures, report=None, home=False
+    )
+
+
+def _inline(plan: SweepPlan, request: SweepRequest) -> SweepResult:
+    """This process is one rank of a job torchrun started: measure; rank 0 finishes."""
+    from gpuprof.finish import finish_run
+    from gpuprof.probes.sweep import run_inline
+
+    run_dir = run_inline(plan, request.out, request.tag, request.argv)
+    if run_dir is None:  # not the rank that holds the run
+        return SweepResult(
+            run_dir=None, status="complete", failures=[], report=None, home=False, silent=True
+        )
+    done = finish_run(run_dir, returncode=0, report=request.report)
+    return SweepResult(
+        run_dir=run_dir,
+        status=done.info["status"],
+        failures=done.info["failures"],
+        report=done.report,
+    )

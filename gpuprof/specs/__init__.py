@@ -1,0 +1,2 @@
+"""What each probe is, without torch or pandas: its parameters, suite presets, options, table
+columns and metrics (one module per probe, each defining `SPEC` for `gpuprof.registry`)."""

@@ -1,0 +1,166 @@
+"""The collectives probe: nccl-tests semantics (size = whole buffer, algbw, busbw factors),
+out-of-place and in-place, every scope of the job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof.errors import UsageError
+from gpuprof.groups import SCOPES
+from gpuprof.params import ProbeParams, check_choices, csv
+from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.units import parse_size, parse_size_list, size_range
+
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "sendrecv",
+)
+DTYPES = ("float32", "bfloat16", "float16")
+REDOPS = ("sum", "max", "min")
+MODES = ("out_of_place", "in_place")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectivesParams(ProbeParams):
+    """What the collectives probe measures and how long it may spend on each case."""
+
+    ops: tuple[str, ...] = OPS
+    dtypes: tuple[str, ...] = ("float32",)
+    sizes: tuple[int, ...] = tuple(size_range(1 << 10, 16 << 20, 4))
+    modes: tuple[str, ...] = MODES
+    redop: str = "sum"
+    scopes: tuple[str, ...] = SCOPES
+    warmup_iters: int = 3
+    min_iters: int = 5
+    max_iters: int = 1000
+    budget_s: float = 0.1
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        check_choices("op", self.ops, OPS)
+        check_choices("dtype", self.dtypes, DTYPES)
+        check_choices("mode", self.modes, MODES)
+        check_choices("scope", self.scopes, SCOPES)
+        check_choices("reduce op", (self.redop,), REDOPS)
+        if not self.sizes or min(self.sizes) <= 0:
+            raise UsageError("sizes must be positive", "e.g. --sizes 1K,1M,64M")
+        self._check_iterations("check --warmup, --min-iters and --max-iters")
+
+
+def suite_collectives(suite: str, device: str) -> CollectivesParams:
+    """The collectives parameters of a suite; GPUs get larger sizes than CPU/gloo."""
+    gpu = device == "cuda"
+    if suite == "quick":
+        top = parse_size("1G" if gpu else "16M")
+        return CollectivesParams(sizes=tuple(size_range(1 << 10, top, 4)), budget_s=0.1)
+    if suite == "standard":
+        top = parse_size("1G" if gpu else "64M")
+        return CollectivesParams(
+            sizes=tuple(size_range(8, top, 2)), dtypes=("float32", "bfloat16"), budget_s=0.3
+        )
+    top = parse_size("4G" if gpu else "256M")
+    return CollectivesParams(
+        sizes=tuple(size_range(8, top, 2)), dtypes=DTYPES, budget_s=1.0, warmup_iters=5
+    )
+
+
+def _ops(text: str) -> tuple[str, ...]:
+    return OPS if text == "all" else csv(text)
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    return MODES if text == "both" else (text,)
+
+
+def _sizes(base: ProbeParams, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """--sizes, or nccl-tests' -b/-e/-f range (missing ends from the suite's sizes)."""
+    assert isinstance(base, CollectivesParams)
+    ranged = any(opts.get(k) is not None for k in ("min_bytes", "max_bytes", "factor"))
+    if opts.get("sizes") is not None and ranged:
+        raise UsageError("--sizes cannot be combined with --min-bytes/--max-bytes/--factor")
+    if opts.get("sizes") is not None:
+        return {"sizes": tuple(parse_size_list(opts["sizes"]))}
+    if not ranged:
+        return {}
+    low = parse_size(opts["min_bytes"]) if opts.get("min_bytes") is not None else min(base.sizes)
+    high = parse_size(opts["max_bytes"]) if opts.get("max_bytes") is not None else max(base.sizes)
+    factor = opts.get("factor")
+    return {"sizes": tuple(size_range(low, high, 2.0 if factor is None else factor))}
+
+
+_KEYS = ("op", "dtype", "redop", "size_bytes", "in_place", "scope", "group", "world_size")
+
+SPEC = ProbeSpec(
+    name="collectives",
+    help="Collectives with nccl-tests semantics.\n\n"
+    "Example: gpuprof run collectives --gpus 2 -o all_reduce -b 1K -e 64M -f 4",
+    params=CollectivesParams,
+    suite=suite_collectives,
+    options=(
+        Option(
+            flag="--op",
+            short="-o",
+            dest="ops",
+            field="ops",
+            parse=_ops,
+            help=f"ops, comma-separated, or 'all': {','.join(OPS)}",
+        ),
+        Option(
+            flag="--dtype",
+            short="-d",
+            dest="dtypes",
+            field="dtypes",
+            parse=csv,
+            help="dtypes: float32,bfloat16,float16",
+        ),
+        Option(flag="--min-bytes", short="-b", help="smallest size, e.g. 8 or 1K"),
+        Option(flag="--max-bytes", short="-e", help="largest size, e.g. 1G"),
+        Option(flag="--factor", short="-f", type=float, help="size multiplication factor (2)"),
+        Option(flag="--sizes", help="explicit size list, e.g. 1K,1M,64M"),
+        Option(flag="--redop", field="redop", help="reduce op: sum, max or min"),
+        Option(
+            flag="--mode",
+            dest="modes",
+            field="modes",
+            parse=_modes,
+            type=("both", "in_place", "out_of_place"),
+            help="in-place, out-of-place or both where the op offers both",
+        ),
+        Option(flag="--scopes", field="scopes", parse=csv, help="scopes: intra,global"),
+        Option(
+            flag="--check", field="check", boolean=True, help="count wrong elements (default on)"
+        ),
+    ),
+    adjust=_sizes,
+    rank_module="gpuprof.probes.collectives",
+    summarize="gpuprof.analysis.bandwidth:summarize_run",
+    columns=(
+        ("scope", "scope"),
+        ("world_size", "n"),
+        ("group", "group"),
+        ("op", "op"),
+        ("size_bytes", "size"),
+        ("dtype", "type"),
+        ("redop", "redop"),
+        ("in_place", "place"),
+        ("time_us", "time_us"),
+        ("time_us_p99", "p99_us"),
+        ("algbw_gbps", "algbw_GB/s"),
+        ("busbw_gbps", "busbw_GB/s"),
+        ("pct_of_peak", "%link"),
+        ("nwrong", "#wrong"),
+    ),
+    section="gpuprof.reports.sections.collectives:section",
+    advice="gpuprof.advice.collectives:findings",
+    metrics=(
+        Metric(column="busbw_gbps", better="higher", keys=_KEYS),
+        Metric(column="time_us", better="lower", keys=_KEYS),
+    ),
+)

@@ -1,0 +1,47 @@
+"""The compute probe: matmul throughput of each device alone per dtype (TFLOP/s, % of peak)."""
+
+from __future__ import annotations
+
+from gpuprof.params import csv
+from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.specs.ceilings import COMPUTE_DTYPES, DEVICE_KEYS, CeilingParams
+
+
+def suite_compute(suite: str, device: str) -> CeilingParams:
+    """Matmul sizes that fill the device: 8192^3 on GPU, 1024-2048 on CPU."""
+    gpu = device == "cuda"
+    n = 8192 if gpu else {"quick": 1024, "standard": 2048, "full": 2048}[suite]
+    # CPUs without bf16 matrix units emulate it ~100x slower than float32: float32 only there
+    dtypes = COMPUTE_DTYPES if gpu else ("float32",)
+    return CeilingParams(dtypes=dtypes, n=n, budget_s=0.3 if suite == "quick" else 1.0)
+
+
+SPEC = ProbeSpec(
+    name="compute",
+    help="Matmul throughput of each device alone per dtype (TFLOP/s, % of peak)."
+    "\n\nExample: gpuprof run compute --gpus 8 --matmul-n 8192 --matmul-dtypes bfloat16,float8",
+    params=CeilingParams,
+    suite=suite_compute,
+    options=(
+        Option(flag="--matmul-n", field="n", type=int, help="compute: matrix size n (n x n x n)"),
+        Option(
+            flag="--matmul-dtypes",
+            field="dtypes",
+            parse=csv,
+            help=f"compute dtypes: {','.join(COMPUTE_DTYPES)}",
+        ),
+    ),
+    rank_module="gpuprof.probes.compute",
+    summarize="gpuprof.analysis.ceilings:summarize_compute_run",
+    columns=(
+        ("rank", "rank"),
+        ("host", "host"),
+        ("dtype", "type"),
+        ("n", "n"),
+        ("time_us", "time_us"),
+        ("tflops", "TFLOP/s"),
+        ("pct_of_peak", "%peak"),
+    ),
+    section="gpuprof.reports.sections.ceilings:compute_section",
+    metrics=(Metric(column="tflops", better="higher", keys=(*DEVICE_KEYS, "dtype", "n")),),
+)

@@ -1,0 +1,217 @@
+"""The DDP probe: a synthetic transformer under DistributedDataParallel, each step broken down
+(forward, backward, exposed communication, optimizer) per variant, with weak scaling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof.errors import UsageError
+from gpuprof.groups import GroupSpec, scope_groups
+from gpuprof.params import ProbeParams, csv
+from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.units import parse_count
+
+DDP_HOOKS = ("allreduce", "fp16", "bf16")
+DDP_FLAGS = ("grad_view", "static_graph", "amp")
+
+
+def parse_variant(name: str) -> dict[str, Any]:
+    """A DDP variant name -> its settings. Parts joined by '+': `default`, `bucket=MB`,
+    `grad_view`, `static_graph`, `hook=allreduce|fp16|bf16`, `accum=K`, `amp`."""
+    settings: dict[str, Any] = {
+        "bucket_cap_mb": 25.0,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+        "hook": None,
+        "accum": 1,
+        "amp": False,
+    }
+    hint = (
+        "variants: default, bucket=MB, grad_view, static_graph, hook=allreduce|fp16|bf16, "
+        "accum=K, amp; join with + (e.g. bucket=100+hook=bf16)"
+    )
+    for part in name.split("+"):
+        key, _, value = part.strip().partition("=")
+        try:
+            if key == "default" and not value:
+                continue
+            if key == "bucket" and value and float(value) > 0:
+                settings["bucket_cap_mb"] = float(value)
+            elif key == "accum" and value and int(value) >= 1:
+                settings["accum"] = int(value)
+            elif key == "hook" and value in DDP_HOOKS:
+                settings["hook"] = value
+            elif key in DDP_FLAGS and not value:
+                flag = {"grad_view": "gradient_as_bucket_view"}.get(key, key)
+                settings[flag] = True
+            else:
+                raise ValueError(part)
+        except ValueError:
+            raise UsageError(f"unknown DDP variant {name!r} (at {part!r})", hint) from None
+    return settings
+
+
+def model_shape(params: int, hidden: int = 0, layers: int = 0) -> tuple[int, int]:
+    """(hidden, layers) of the synthetic transformer: given, or derived from a parameter count.
+
+    A block has 12 h^2 + 13 h parameters (attention 4 h^2, MLP 8 h^2, biases and norms); the
+    hidden size is the widest multiple of 64 that still leaves at least 4 blocks (at most 8192).
+    """
+
+    def per_block(h: int) -> int:
+        return 12 * h * h + 13 * h
+
+    if hidden and layers:
+        return hidden, layers
+    if not hidden:
+        hidden = 64
+        while hidden < 8192 and 4 * per_block(hidden + 64) <= params:
+            hidden += 64
+    if not layers:
+        layers = max(1, round(params / per_block(hidden)))
+    return hidden, layers
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPParams(ProbeParams):
+    """The DDP micro-benchmark: a synthetic transformer of `model_params` parameters (or
+    `hidden` x `layers`), `batch` sequences of `seq` tokens per rank, each variant's steps."""
+
+    model_params: int = 2_000_000
+    hidden: int = 0  # 0: derived from model_params
+    layers: int = 0
+    batch: int = 2
+    seq: int = 64
+    variants: tuple[str, ...] = ("default", "bucket=1", "hook=fp16", "accum=4")
+    scaling: bool = True  # the default variant at every world size (weak scaling)
+    warmup_iters: int = 2
+    min_iters: int = 5
+    max_iters: int = 50
+    budget_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            raise UsageError("no DDP variant given", "e.g. --ddp-variants default,accum=4")
+        for name in self.variants:
+            parse_variant(name)
+        if min(self.batch, self.seq) < 1 or self.model_params < 1:
+            raise UsageError("--batch, --seq and --model-params must be positive")
+        if min(self.hidden, self.layers) < 0 or self.hidden % 64:
+            raise UsageError("--hidden must be a multiple of 64 and --layers positive")
+        self._check_iterations()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(hidden, layers)."""
+        return model_shape(self.model_params, self.hidden, self.layers)
+
+
+def suite_ddp(suite: str, device: str) -> DDPParams:
+    """A GPU suite trains a 350M-1.3B model; CPU keeps to a few million parameters."""
+    if device == "cuda":
+        variants = (
+            "default",
+            "bucket=5",
+            "bucket=100",
+            "grad_view",
+            "static_graph",
+            "hook=fp16",
+            "hook=bf16",
+            "accum=4",
+            "amp",
+        )
+        size = {"quick": 125_000_000, "standard": 350_000_000, "full": 1_300_000_000}[suite]
+        return DDPParams(
+            model_params=size,
+            batch=8,
+            seq=512,
+            variants=variants,
+            budget_s=2.0 if suite == "quick" else 5.0,
+        )
+    size = {"quick": 2_000_000, "standard": 8_000_000, "full": 25_000_000}[suite]
+    return DDPParams(model_params=size, budget_s=1.0 if suite == "quick" else 3.0)
+
+
+def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupSpec]:
+    """Weak scaling: one rank alone (n=1), each node's 2, 4, .. G ranks, one rank per node,
+    and every rank; without scaling, every rank only."""
+    world = num_nodes * gpus_per_node
+    specs = []
+    if scaling and world > 1:
+        specs.append(
+            GroupSpec(scope="single", world_size=1, num_nodes=1, members=((0,),), names=("rank0",))
+        )
+        specs += scope_groups(num_nodes, gpus_per_node, ("intra", "inter"))
+    return specs + scope_groups(num_nodes, gpus_per_node, ("global",))
+
+
+_KEYS = ("scope", "world_size", "group", "case_id")
+
+SPEC = ProbeSpec(
+    name="ddp",
+    help="A DDP training step broken down (forward, backward, exposed communication, optimizer) "
+    "by DDP's logging data and by A/B runs, per variant, with weak scaling over world sizes."
+    "\n\nExample: gpuprof run ddp --gpus 8 --model-params 350M --ddp-variants "
+    "default,bucket=100,hook=bf16,accum=4",
+    params=DDPParams,
+    suite=suite_ddp,
+    options=(
+        Option(
+            flag="--model-params",
+            field="model_params",
+            parse=parse_count,
+            help="ddp: synthetic model size, e.g. 10M, 350M, 1.3B",
+        ),
+        Option(flag="--hidden", field="hidden", type=int, help="ddp: hidden size (multiple of 64)"),
+        Option(flag="--layers", field="layers", type=int, help="ddp: transformer blocks"),
+        Option(
+            flag="--batch", field="batch", type=int, help="ddp: sequences per rank per micro-batch"
+        ),
+        Option(flag="--seq", field="seq", type=int, help="ddp: tokens per sequence"),
+        Option(
+            flag="--ddp-variants",
+            field="variants",
+            parse=csv,
+            help="ddp: variants, the first also at every world size: default, bucket=MB, "
+            "grad_view, static_graph, hook=allreduce|fp16|bf16, accum=K, amp (join with +)",
+        ),
+        Option(
+            flag="--scaling",
+            field="scaling",
+            boolean=True,
+            help="ddp: weak scaling over world sizes",
+        ),
+    ),
+    rank_module="gpuprof.probes.ddp",
+    summarize="gpuprof.analysis.ddp:summarize_run",
+    columns=(
+        ("scope", "scope"),
+        ("world_size", "n"),
+        ("group", "group"),
+        ("case_id", "variant"),
+        ("step_us", "step_us"),
+        ("forward_us", "fwd_us"),
+        ("backward_compute_us", "bwd_us"),
+        ("exposed_comm_us", "exposed_us"),
+        ("optimizer_us", "optim_us"),
+        ("sum_pct", "sum%"),
+        ("comm_us", "comm_us"),
+        ("overlap_log_pct", "overlap%log"),
+        ("comm_only_us", "comm_only_us"),
+        ("comm_cost_ab_us", "cost_ab_us"),
+        ("overlap_ab_pct", "overlap%ab"),
+        ("headroom_pct", "noop%"),
+        ("samples_per_s", "samples/s"),
+        ("efficiency", "eff"),
+    ),
+    section="gpuprof.reports.sections.ddp:section",
+    advice="gpuprof.advice.ddp:findings",
+    metrics=(
+        Metric(column="step_us", better="lower", keys=_KEYS),
+        Metric(column="samples_per_s", better="higher", keys=_KEYS),
+        Metric(column="forward_us", better="lower", keys=_KEYS),
+        Metric(column="backward_compute_us", better="lower", keys=_KEYS),
+        Metric(column="optimizer_us", better="lower", keys=_KEYS),
+    ),
+)

@@ -1,0 +1,66 @@
+"""The memory probe: copy bandwidth of each device alone (host<->device pinned and pageable,
+device to device; a host copy on CPU)."""
+
+from __future__ import annotations
+
+from gpuprof.params import csv
+from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.specs.ceilings import (
+    DEVICE_KEYS,
+    MEMORY_KINDS,
+    MEMORY_KINDS_CPU,
+    MEMORY_KINDS_CUDA,
+    CeilingParams,
+)
+from gpuprof.units import parse_size
+
+
+def suite_memory(suite: str, device: str) -> CeilingParams:
+    """Copy sizes that reach the ceiling: 256 MiB-1 GiB on GPU, 64-256 MiB on CPU."""
+    gpu = device == "cuda"
+    size = (
+        {"quick": 256 << 20, "standard": 1 << 30, "full": 1 << 30}[suite]
+        if gpu
+        else {"quick": 64 << 20, "standard": 256 << 20, "full": 256 << 20}[suite]
+    )
+    kinds = MEMORY_KINDS_CUDA if gpu else MEMORY_KINDS_CPU
+    return CeilingParams(kinds=kinds, size_bytes=size, budget_s=0.2 if suite == "quick" else 1.0)
+
+
+SPEC = ProbeSpec(
+    name="memory",
+    help="Copy bandwidth of each device alone: H2D/D2H pinned and pageable, D2D; host copy on "
+    "CPU.\n\nExample: gpuprof run memory --gpus 8 --copy-bytes 1G",
+    params=CeilingParams,
+    suite=suite_memory,
+    options=(
+        Option(
+            flag="--copy-bytes",
+            field="size_bytes",
+            parse=parse_size,
+            help="memory: bytes per copy, e.g. 1G",
+        ),
+        Option(
+            flag="--kinds",
+            field="kinds",
+            parse=csv,
+            help=f"memory copy kinds: {','.join(MEMORY_KINDS)}",
+        ),
+    ),
+    rank_module="gpuprof.probes.memory",
+    summarize="gpuprof.analysis.ceilings:summarize_memory_run",
+    columns=(
+        ("rank", "rank"),
+        ("host", "host"),
+        ("kind", "kind"),
+        ("size_bytes", "size"),
+        ("time_us", "time_us"),
+        ("bandwidth_gbps", "GB/s"),
+        ("pct_of_peak", "%peak"),
+        ("nwrong", "#wrong"),
+    ),
+    section="gpuprof.reports.sections.ceilings:memory_section",
+    metrics=(
+        Metric(column="bandwidth_gbps", better="higher", keys=(*DEVICE_KEYS, "kind", "size_bytes")),
+    ),
+)

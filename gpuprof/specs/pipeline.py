@@ -1,0 +1,157 @@
+"""The pipeline probe: torch.distributed.pipelining schedules timed per micro-batch, the
+measured bubble against theory over a micro-batch sweep, and stage imbalance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuprof.errors import UsageError
+from gpuprof.params import ProbeParams, check_choices, csv, floats, ints
+from gpuprof.registry import Metric, Option, ProbeSpec
+
+PIPELINE_SCHEDULES = (
+    "GPipe",
+    "1F1B",
+    "Interleaved1F1B",
+    "LoopedBFS",
+    "InterleavedZeroBubble",
+    "ZBVZeroBubble",
+)
+MULTI_CHUNK_SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineParams(ProbeParams):
+    """The pipeline micro-benchmark: every rank one stage of `stage_layers` Linear+GELU layers
+    of width `hidden` (times its `stage_weights` entry), `chunks` model chunks per rank for
+    the multi-chunk schedules (same compute per rank), micro-batches of `mb_rows` rows; each
+    schedule at each number of micro-batches (empty: p, 2p and 4p)."""
+
+    schedules: tuple[str, ...] = (
+        "GPipe",
+        "1F1B",
+        "Interleaved1F1B",
+        "InterleavedZeroBubble",
+        "ZBVZeroBubble",
+    )
+    micro_batches: tuple[int, ...] = ()
+    hidden: int = 1024
+    stage_layers: int = 4
+    chunks: int = 2
+    mb_rows: int = 64
+    stage_weights: tuple[float, ...] = ()
+    warmup_iters: int = 1
+    min_iters: int = 3
+    max_iters: int = 50
+    budget_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_choices("pipeline schedule", self.schedules, PIPELINE_SCHEDULES)
+        if any(m < 1 for m in self.micro_batches):
+            raise UsageError("--micro-batches must be positive, e.g. 4,8,16")
+        if min(self.hidden, self.stage_layers, self.mb_rows) < 1 or self.chunks < 2:
+            raise UsageError(
+                "--pp-hidden, --stage-layers, --mb-rows must be positive and --chunks at least 2"
+            )
+        if any(w <= 0 for w in self.stage_weights):
+            raise UsageError("--stage-weights must be positive, e.g. 1,1,2,1")
+        self._check_iterations()
+
+    def check_world(self, num_nodes: int, gpus_per_node: int) -> None:
+        """One stage weight per rank (pipeline stage), when weights are given."""
+        stages = num_nodes * gpus_per_node
+        if self.stage_weights and len(self.stage_weights) != stages:
+            raise UsageError(
+                f"--stage-weights has {len(self.stage_weights)} entries for {stages} stages",
+                "give one weight per rank (pipeline stage)",
+            )
+
+    def micro_batch_counts(self, p: int) -> tuple[int, ...]:
+        """The micro-batch sweep for p stages."""
+        return self.micro_batches or (p, 2 * p, 4 * p)
+
+
+def suite_pipeline(suite: str, device: str) -> PipelineParams:
+    """GPU stages of 8 layers of 8192 x 8192 on 2048-row micro-batches. CPU: 1024-wide layers
+    on 64 rows, 4 per stage in the quick suite (~25 ms of forward and backward per
+    micro-batch: gloo's few-ms send/recv still shows in the bubble) and 16 otherwise (~100 ms:
+    the schedule, not the transport, shapes the bubble)."""
+    budget = 1.0 if suite == "quick" else 3.0
+    if device == "cuda":
+        return PipelineParams(hidden=8192, stage_layers=8, mb_rows=2048, budget_s=budget)
+    return PipelineParams(stage_layers=4 if suite == "quick" else 16, budget_s=budget)
+
+
+_KEYS = ("schedule", "p", "m", "v")
+
+SPEC = ProbeSpec(
+    name="pipeline",
+    help="Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble): per-micro-batch timeline, "
+    "measured bubble against theory over a micro-batch sweep, stage imbalance."
+    "\n\nExample: gpuprof run pipeline --gpus 4 --schedules GPipe,1F1B --micro-batches 4,8,16",
+    params=PipelineParams,
+    suite=suite_pipeline,
+    options=(
+        Option(
+            flag="--schedules",
+            field="schedules",
+            parse=csv,
+            help=f"pipeline schedules: {','.join(PIPELINE_SCHEDULES)}",
+        ),
+        Option(
+            flag="--micro-batches",
+            field="micro_batches",
+            parse=ints,
+            help="pipeline: micro-batch counts, e.g. 4,8,16",
+        ),
+        Option(flag="--pp-hidden", field="hidden", type=int, help="pipeline: layer width"),
+        Option(
+            flag="--stage-layers",
+            field="stage_layers",
+            type=int,
+            help="pipeline: Linear+GELU layers per stage",
+        ),
+        Option(
+            flag="--chunks",
+            field="chunks",
+            type=int,
+            help="pipeline: chunks per rank (interleaved, V)",
+        ),
+        Option(flag="--mb-rows", field="mb_rows", type=int, help="pipeline: rows per micro-batch"),
+        Option(
+            flag="--stage-weights",
+            field="stage_weights",
+            parse=floats,
+            help="pipeline: compute per stage, e.g. 1,1,2,1",
+        ),
+    ),
+    rank_module="gpuprof.probes.pipeline",
+    summarize="gpuprof.analysis.pipeline:summarize_run",
+    columns=(
+        ("schedule", "schedule"),
+        ("p", "p"),
+        ("m", "m"),
+        ("v", "v"),
+        ("step_us", "step_us"),
+        ("bubble_pct", "bubble%"),
+        ("bubble_max_pct", "worst%"),
+        ("theory_pct", "theory%"),
+        ("simulated_pct", "sim%"),
+        ("t_f_us", "T_F_us"),
+        ("t_b_us", "T_B_us"),
+        ("t_w_us", "T_W_us"),
+        ("wait_us", "wait_us"),
+        ("imbalance_pct", "imbal%"),
+        ("bottleneck_rank", "slowest"),
+        ("model_step_us", "model_us"),
+        ("model_error_pct", "model_err%"),
+        ("clock_error_us", "clock_err_us"),
+    ),
+    section="gpuprof.reports.sections.pipeline:section",
+    advice="gpuprof.advice.pipeline:findings",
+    metrics=(
+        Metric(column="step_us", better="lower", keys=_KEYS),
+        Metric(column="bubble_pct", better="lower", keys=_KEYS),
+    ),
+    tables=("pipeline", "pipeline_timeline"),
+)

@@ -1,0 +1,184 @@
+"""Supervising one node's launched job: pass torchrun's output through, watch the ranks, and
+stop the job early when it cannot finish (a rank died, was stopped, flagged a failure, or no
+record arrived for longer than a case may take)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from gpuprof.launch import NodeLaunch, this_host
+from gpuprof.records import FAILED_FLAG, RANKS_DIR
+from gpuprof.store import RUN_JSON, read_json
+
+PROGRESS_GRACE_S = 30.0  # beyond the per-case timeout, before a silent job counts as hung
+FAILED_GRACE_S = 3.0  # after a rank reports a failure, before the job is stopped
+
+
+def _shard_progress(run_dir: Path | None) -> tuple[float, bool]:
+    """Newest shard modification time (0 if none) and whether a rank flagged a failure."""
+    if run_dir is None:
+        return 0.0, False
+    files = list((run_dir / RANKS_DIR).glob("*"))
+    newest = max((p.stat().st_mtime for p in files if p.name.endswith(".jsonl")), default=0.0)
+    return newest, any(p.name.startswith(FAILED_FLAG) for p in files)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the launcher and every process under it. torchrun starts each rank in a session of
+    its own, so the whole tree is signalled, not one process group; a stopped (SIGSTOP) rank
+    is continued so it can die."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(sig)
+                process.send_signal(signal.SIGCONT)
+        _, alive = psutil.wait_procs(tree, timeout=wait_s)
+        if not alive:
+            break
+        tree = alive
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=1.0)
+
+
+@dataclass(kw_only=True)
+class Supervised:
+    """How a launched job ended; `lost` names ranks of this node that died or were stopped."""
+
+    returncode: int
+    reason: str | None = None
+    run_dir: Path | None = None
+    lost: dict[int, str] = field(default_factory=dict)
+
+
+class _RankWatch:
+    """Liveness of this node's ranks, by the pids they recorded in run.json (home node)."""
+
+    def __init__(self) -> None:
+        self.pids: dict[int, int] = {}
+
+    def lost(self, run_dir: Path | None) -> dict[int, str]:
+        import psutil
+
+        if run_dir is not None and not self.pids and (run_dir / RUN_JSON).exists():
+            ranks = read_json(run_dir / RUN_JSON).get("ranks") or []
+            self.pids = {r["rank"]: r["pid"] for r in ranks if r.get("host") == this_host()}
+        lost = {}
+        for rank, pid in self.pids.items():
+            try:
+                status = psutil.Process(pid).status()
+            except psutil.NoSuchProcess:
+                status = psutil.STATUS_DEAD
+            if status in (psutil.STATUS_DEAD, psutil.STATUS_ZOMBIE):
+                lost[rank] = f"rank process {pid} died"
+            elif status == psutil.STATUS_STOPPED:
+                lost[rank] = f"rank process {pid} was stopped (SIGSTOP)"
+        return lost
+
+
+class _RootCause:
+    """Passes torchrun's stderr through and keeps its "Root Cause (first observed failure)":
+    the rank that failed first and its exit code (negative: killed by that signal)."""
+
+    _FIELD = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)")
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.rank: int | None = None
+        self.exitcode: int | None = None
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        in_root = False
+        for raw in stream:
+            sys.stderr.buffer.write(raw)
+            sys.stderr.flush()
+            line = raw.decode("utf-8", "replace")
+            in_root = in_root or "Root Cause" in line
+            match = self._FIELD.match(line) if in_root else None
+            if match and getattr(self, match.group(1)) is None:
+                setattr(self, match.group(1), int(match.group(2)))
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+    def culprit(self) -> dict[int, str]:
+        """{rank: why} when the first failure was not a watchdog exit (3) of a waiting rank."""
+        if self.rank is None or self.exitcode in (None, 3):
+            return {}
+        code = self.exitcode
+        assert code is not None
+        why = (
+            f"rank process killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"rank process exited with {code}"
+        )
+        return {self.rank: why}
+
+
+def supervise(
+    launch: NodeLaunch, run_dir: Path | None, case_timeout_s: float, handoff: Path | None = None
+) -> Supervised:
+    """Run one node's command and stop it early when it cannot finish: a rank process died
+    (checked every 0.2 s), a rank flagged a failure (its case timed out waiting), or no shard
+    grew for the case timeout plus a grace. The others get a short grace to write theirs."""
+    proc = subprocess.Popen(
+        launch.argv,
+        env={**os.environ, **launch.env},
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    root = _RootCause(proc.stderr)
+    watch = _RankWatch()
+    last, newest_seen = time.monotonic(), 0.0
+    trouble_at: float | None = None
+    lost: dict[int, str] = {}
+    result: Supervised | None = None
+    try:
+        while proc.poll() is None:
+            time.sleep(0.2)
+            if run_dir is None and handoff is not None and handoff.exists():
+                run_dir = Path(handoff.read_text("utf-8").strip() or ".")
+            newest, failed = _shard_progress(run_dir)
+            now = time.monotonic()
+            if newest > newest_seen:
+                newest_seen, last = newest, now
+            seen = watch.lost(run_dir)
+            lost = {**seen, **lost}  # the first reason seen for a rank stands
+            if (failed or seen) and trouble_at is None:
+                trouble_at = now
+            if trouble_at is not None and now - trouble_at > FAILED_GRACE_S:
+                result = Supervised(returncode=3, reason="a rank failed", run_dir=run_dir)
+                break
+            if now - last > case_timeout_s + PROGRESS_GRACE_S:
+                reason = f"no record for {case_timeout_s + PROGRESS_GRACE_S:g} s"
+                result = Supervised(returncode=3, reason=reason, run_dir=run_dir)
+                break
+    except KeyboardInterrupt:
+        result = Supervised(returncode=130, reason="interrupted (Ctrl-C)", run_dir=run_dir)
+    stopped = {r: why for r, why in {**lost, **watch.lost(run_dir)}.items() if "stopped" in why}
+    if result is not None:
+        _kill(proc)
+    root.join()
+    proc.stderr.close()
+    if result is None:
+        result = Supervised(returncode=int(proc.returncode), run_dir=run_dir)
+    # Who failed first: a stopped rank, else torchrun's root cause, else the first seen dead.
+    result.lost = stopped or root.culprit() or lost
+    return result

@@ -1,0 +1,156 @@
+"""The probe registry is the one list of probes: walk it and check that every probe brings
+everything gpuprof derives from it, and that no other module spells a probe's name."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuprof import registry
+from gpuprof.cli import cli
+from gpuprof.params import ProbeParams
+from gpuprof.plan import SweepPlan, build_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = registry.names()
+
+
+def test_registry_lists_probes_in_sweep_order_with_unique_options() -> None:
+    assert NAMES[:6] == ("collectives", "p2p", "memory", "compute", "ddp", "pipeline")
+    flags = [o.flag for s in registry.specs().values() for o in s.options]
+    flags += [o.flag for o in registry.ITERATION_OPTIONS]
+    assert len(flags) == len(set(flags)), "two probes declare the same option"
+    names = registry.option_names()
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_probe_has_what_gpuprof_derives_from_it(name: str) -> None:
+    spec = registry.get(name)
+    assert spec.name == name and spec.help and "Example: gpuprof run" in spec.help
+    # a `gpuprof run` subcommand with the probe's own options and the iteration options
+    command = cli.commands["run"].commands[name]  # type: ignore[attr-defined]
+    params = {p.name for p in command.params}
+    assert spec.options, "a probe declares at least one option"
+    for option in (*spec.options, *registry.ITERATION_OPTIONS):
+        assert option.name in params
+        assert option.field is None or option.field in spec.params.__dataclass_fields__
+    # the sweep takes them too
+    sweep_params = {p.name for p in cli.commands["sweep"].params}
+    assert {o.name for o in spec.options} <= sweep_params
+    # suite presets for both devices, valid parameters of the declared class
+    for suite in registry.SUITES:
+        for device in registry.DEVICES_MEASURED:
+            preset = spec.suite(suite, device)
+            assert isinstance(preset, spec.params) and isinstance(preset, ProbeParams)
+            assert spec.params.from_dict(preset.to_dict()) == preset
+    # the rank side exists and has run(); the references resolve to callables
+    rank = importlib.import_module(spec.rank_module)
+    assert callable(rank.run)
+    for ref in (spec.summarize, spec.section, *([spec.advice] if spec.advice else [])):
+        assert callable(registry.load(ref)), ref
+    assert spec.columns and all(len(c) == 2 for c in spec.columns)
+    assert spec.metrics and all(m.keys for m in spec.metrics)
+
+
+def _gloo_tests() -> dict[str, list[str]]:
+    """probe -> tests marked `gloo(probe)`: real multi-process gloo runs of that probe."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
+                continue
+            for deco in node.decorator_list:
+                if (
+                    isinstance(deco, ast.Call)
+                    and ast.unparse(deco.func) == "pytest.mark.gloo"
+                    and deco.args
+                    and isinstance(deco.args[0], ast.Constant)
+                ):
+                    found.setdefault(str(deco.args[0].value), []).append(
+                        f"{path.name}::{node.name}"
+                    )
+    return found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_probe_has_a_real_multi_process_gloo_test(name: str) -> None:
+    assert _gloo_tests().get(name), f"no test marked @pytest.mark.gloo({name!r})"
+
+
+def _own_files(spec: registry.ProbeSpec) -> set[Path]:
+    refs = [spec.rank_module, spec.summarize, spec.section, spec.advice]
+    modules = {r.partition(":")[0] for r in refs if r}
+    modules.add(next(m for m in registry.SPEC_MODULES if registry.load(f"{m}:SPEC") is spec))
+    files = set()
+    for module in modules:
+        found = importlib.util.find_spec(module)
+        assert found is not None and found.origin is not None
+        files.add(Path(found.origin).resolve())
+    return files
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_probe_name_is_spelled_only_in_its_own_modules(name: str) -> None:
+    """`"<name>"` appears in the probe's own modules only (the registry names those)."""
+    own = _own_files(registry.get(name))
+    elsewhere = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "gpuprof").rglob("*.py"))
+        if path.resolve() not in own
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1)
+        if f'"{name}"' in line
+    ]
+    assert not elsewhere, f'"{name}" spelled outside its modules: {elsewhere}'
+
+
+def test_no_module_over_400_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "gpuprof").rglob("*.py")
+        if (n := len(p.read_text("utf-8").splitlines())) > 400
+    }
+    assert not long
+
+
+def test_plan_json_keeps_one_object_per_probe() -> None:
+    plan = build_plan(("ddp",), {"layers": 3}, nodes=1, gpus=2, suite="quick", device="cpu")
+    data = plan.to_dict()
+    assert set(NAMES) <= set(data) and data["probes"] == ["ddp"]
+    assert data["ddp"]["layers"] == 3
+    assert SweepPlan.from_dict(data) == plan
+
+
+def test_read_only_commands_do_not_import_torch() -> None:
+    code = (
+        "import sys; from gpuprof.cli import main; "
+        "main(['show', 'tests/data/p2p-mesh-slow-link', '--table', 'p2p']); "
+        "main(['show', '--help']); "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_probe_module_has_a_torchrun_main(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", registry.get(name).rank_module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--budget-ms" in done.stdout
+    for option in registry.get(name).options:
+        assert option.flag in done.stdout
