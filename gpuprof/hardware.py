@@ -31,16 +31,26 @@ _H100_PCIE = {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.
               "float8": 1513.0}  # fmt: skip
 _L40S = {"float32": 91.6, "tf32": 183.0, "bfloat16": 362.1, "float16": 362.1, "float8": 733.0}
 
+_H100_NVL = {"float32": 60.0, "tf32": 417.5, "bfloat16": 835.5, "float16": 835.5,
+              "float8": 1670.5}  # fmt: skip
+
 # (pattern on the NVML/CUDA device name, peaks); the first match wins, so specific first.
+# Real names: "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
+# "NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
+# "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA L40S", "NVIDIA B200".
 GPUS: list[tuple[str, GpuPeaks]] = [
+    (r"GH200", GpuPeaks(model="GH200", memory_gbps=4000, nvlink_gbps=450, pcie_gen=5,
+                        tflops=_H100_SXM)),
     (r"H200", GpuPeaks(model="H200 SXM", memory_gbps=4800, nvlink_gbps=450, pcie_gen=5,
                        tflops=_H100_SXM)),
+    (r"H100 NVL", GpuPeaks(model="H100 NVL", memory_gbps=3938, nvlink_gbps=300, pcie_gen=5,
+                           tflops=_H100_NVL)),
     (r"H100.*PCIe", GpuPeaks(model="H100 PCIe", memory_gbps=2000, pcie_gen=5,
                              tflops=_H100_PCIE)),
     (r"H100", GpuPeaks(model="H100 SXM", memory_gbps=3350, nvlink_gbps=450, pcie_gen=5,
                        tflops=_H100_SXM, all_reduce_busbw_gbps=370)),
-    (r"A100.*PCIE.*80", GpuPeaks(model="A100 PCIe 80GB", memory_gbps=1935, pcie_gen=4,
-                                 tflops=_A100)),
+    (r"A100.*(PCIE.*80|80GB.*PCIE)", GpuPeaks(model="A100 PCIe 80GB", memory_gbps=1935,
+                                              pcie_gen=4, tflops=_A100)),
     (r"A100.*PCIE", GpuPeaks(model="A100 PCIe 40GB", memory_gbps=1555, pcie_gen=4,
                              tflops=_A100)),
     (r"A100.*80", GpuPeaks(model="A100 SXM4 80GB", memory_gbps=2039, nvlink_gbps=300,

@@ -1,6 +1,8 @@
 """GPU-to-GPU and GPU-to-NIC topology from NVML and sysfs, printed like `nvidia-smi topo -m`.
 
-Labels: `X` (itself), `NV#` (# NVLinks between the two GPUs), `PIX` (one PCIe switch), `PXB`
+Labels: `X` (itself), `NV#` (# NVLinks between the two GPUs; on NVSwitch systems, where every
+link ends at a switch, the links each GPU has to the switches, as nvidia-smi prints), `PIX`
+(one PCIe switch), `PXB`
 (several switches), `PHB` (the CPU's host bridge), `NODE` (same NUMA node, across host
 bridges), `SYS` (across NUMA nodes / the CPU interconnect). GPU-to-NIC labels come from NUMA
 affinity only (`NODE` or `SYS`): NVML does not see NICs.
@@ -8,11 +10,29 @@ affinity only (`NODE` or `SYS`): NVML does not see NICs.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 SYSFS = Path("/sys")
+NVLINK_DEVICE_TYPE_SWITCH = 2  # nvml.h: NVML_NVLINK_DEVICE_TYPE_SWITCH
+P2P_CAPS_INDEX_NVLINK = 2  # nvml.h: NVML_P2P_CAPS_INDEX_NVLINK
+P2P_STATUS_OK = 0
+_BUS_RE = re.compile(
+    r"^\s*(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\s*$"
+)
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """A PCI bus id in NVML's form, `00000000:D8:00.0` (8-digit domain, upper case), whatever
+    its source wrote (torch's ids are lower case; sysfs has a 4-digit domain). Unparseable
+    text is returned upper-cased."""
+    match = _BUS_RE.match(str(bus_id))
+    if not match:
+        return str(bus_id).strip().upper()
+    domain, bus, device, function = match.groups()
+    return f"{int(domain or '0', 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function}"
 
 
 def _level_labels(nvml: Any) -> dict[int, str]:
@@ -26,16 +46,38 @@ def _level_labels(nvml: Any) -> dict[int, str]:
     }
 
 
-def nvlink_peers(nvml: Any, handle: Any) -> Counter[str]:
-    """Active NVLinks of a GPU, counted per remote PCI bus id."""
+def nvlink_peers(nvml: Any, handle: Any) -> tuple[Counter[str], int]:
+    """Active NVLinks of a GPU: per remote GPU (by normalized PCI bus id), and the number
+    that end at an NVSwitch (nvmlDeviceGetNvLinkRemoteDeviceType; an NVML without it: GPU)."""
     peers: Counter[str] = Counter()
+    to_switch = 0
     for link in range(int(nvml.NVML_NVLINK_MAX_LINKS)):
         try:
-            if nvml.nvmlDeviceGetNvLinkState(handle, link):
-                peers[str(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)] += 1
+            if not nvml.nvmlDeviceGetNvLinkState(handle, link):
+                continue
+            remote = normalize_bus_id(
+                str(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+            )
         except nvml.NVMLError:
             continue  # a link that does not exist or is down
-    return peers
+        try:
+            kind = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+        except (AttributeError, nvml.NVMLError):
+            kind = None
+        if kind == NVLINK_DEVICE_TYPE_SWITCH:
+            to_switch += 1
+        else:
+            peers[remote] += 1
+    return peers, to_switch
+
+
+def _nvlink_p2p(nvml: Any, a: Any, b: Any) -> bool:
+    """Whether NVML says a and b reach each other over NVLink (True when it cannot tell)."""
+    index = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", P2P_CAPS_INDEX_NVLINK)
+    try:
+        return bool(nvml.nvmlDeviceGetP2PStatus(a, b, index) == P2P_STATUS_OK)
+    except (AttributeError, nvml.NVMLError):
+        return True
 
 
 def _sysfs_numa(path: Path) -> int | None:
@@ -63,24 +105,29 @@ def gpu_topology(nvml: Any, nics: list[str]) -> dict[str, Any]:
     """{'gpus': bus ids, 'matrix': GPU x GPU labels, 'numa': per GPU, 'nics': names,
     'nic_matrix': GPU x NIC labels}."""
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    buses = [str(nvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
+    raw = [str(nvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
+    buses = [normalize_bus_id(b) for b in raw]
     levels = _level_labels(nvml)
+    links = [nvlink_peers(nvml, h) for h in handles]
     matrix = []
     for i, a in enumerate(handles):
-        peers = nvlink_peers(nvml, a)
+        peers, to_switch = links[i]
         row = []
         for j, b in enumerate(handles):
+            switched = min(to_switch, links[j][1])
             if i == j:
                 row.append("X")
             elif peers.get(buses[j]):
                 row.append(f"NV{peers[buses[j]]}")
+            elif switched and _nvlink_p2p(nvml, a, b):
+                row.append(f"NV{switched}")
             else:
                 try:
                     row.append(levels.get(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b), "?"))
                 except nvml.NVMLError:
                     row.append("?")
         matrix.append(row)
-    numa = [gpu_numa(nvml, bus) for bus in buses]
+    numa = [gpu_numa(nvml, bus) for bus in raw]
     nic_numas = [nic_numa(n) for n in nics]
     nic_matrix = [
         ["?" if g is None or n is None else "NODE" if g == n else "SYS" for n in nic_numas]

@@ -20,6 +20,10 @@ from tests.conftest import Gp
         ("NVIDIA H200", "H200 SXM", 450),
         ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB", 300),
         ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB", None),
+        ("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB", 300),
+        ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB", None),  # once fell to the 40GB entry
+        ("NVIDIA H100 NVL", "H100 NVL", 300),  # once got SXM peaks
+        ("NVIDIA GH200 480GB", "GH200", 450),  # once got H200's
         ("NVIDIA B200", "B200", 900),
         ("NVIDIA L40S", "L40S", None),
     ],

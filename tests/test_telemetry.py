@@ -39,13 +39,15 @@ def test_fake_gpus_missing_throttled_and_wrapping() -> None:
     nvml.clock, nvml.t0 = clock, 0.0
     nvml.gpus[1].clock_reasons = 0x40 | 0x1  # HW thermal slowdown (+ idle, not a slowdown)
     nvml.gpus[2].unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEccErrors"}
-    nvml.gpus[0].nvlink_kib_start = 2**64 - 50_000_000  # wraps within the first second
+    nvml.gpus[0].nvlink_kib_start = 2**64 - 2_000_000  # each link wraps within a second
     gpus = GpuSampler(nvml)
     first = gpus.sample(0)
     clock.now = 1.0
     second = gpus.sample(1_000_000_000)
     assert first[0]["nvlink_tx_gbps"] is None  # no previous sample yet: missing, not zero
-    assert second[0]["nvlink_tx_gbps"] == pytest.approx(100e6 * 1024 / 1e9)  # across the wrap
+    links = len(nvml.gpus[0].nvlinks)  # 18: the rate is the sum over every link
+    per_link = nvml.gpus[0].nvlink_kib_per_s * 1024 / 1e9
+    assert second[0]["nvlink_tx_gbps"] == pytest.approx(links * per_link)  # across the wrap
     assert second[0]["power_from_energy_w"] == pytest.approx(400.0)
     assert second[1]["throttled"] is True and second[0]["throttled"] is False
     assert decode_reasons(second[1]["clock_reasons"]) == ["hw_thermal"]

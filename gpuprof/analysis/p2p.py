@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis import RunTables, require_columns
+from gpuprof.topology import normalize_bus_id
 
 FLAG_BELOW = 0.70
 _PAIR = ["group", "mode", "size_bytes", "rank_a", "rank_b"]
@@ -28,7 +29,8 @@ def topology_links(info: dict[str, Any]) -> dict[tuple[str, str, str], str]:
         buses = topo.get("gpus", [])
         for i, row in enumerate(topo.get("matrix", [])):
             for j, label in enumerate(row):
-                links[(node["host"], buses[i], buses[j])] = label
+                a, b = normalize_bus_id(buses[i]), normalize_bus_id(buses[j])
+                links[(node["host"], a, b)] = label
     return links
 
 
@@ -36,7 +38,9 @@ def link_class(a: dict[str, Any], b: dict[str, Any], links: dict[tuple[str, str,
     """The class of the link between two ranks (run.json `ranks` entries)."""
     if a.get("host") != b.get("host"):
         return "network"
-    label = links.get((a["host"], a.get("pci_bus_id", ""), b.get("pci_bus_id", "")))
+    # bus ids in one form: ranks wrote torch's (lower case in older runs), NVML upper case
+    buses = (normalize_bus_id(a.get("pci_bus_id", "")), normalize_bus_id(b.get("pci_bus_id", "")))
+    label = links.get((a["host"], *buses))
     if label is None:
         return "local"
     return "nvlink" if label.startswith("NV") else "pcie"

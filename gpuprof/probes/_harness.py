@@ -13,6 +13,7 @@ warmup time, agreed across the group (max over ranks) so all ranks run the same 
 from __future__ import annotations
 
 import gc
+import inspect
 import math
 import os
 import socket
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from gpuprof.groups import GroupSpec
+from gpuprof.probes._timing import time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
 from gpuprof.records import (
@@ -39,8 +41,13 @@ from gpuprof.records import (
     shard_path,
     skip_record,
 )
+from gpuprof.topology import normalize_bus_id
 
-FAULT_ENV = "GPUPROF_FAULT_RANK"  # test-only: this rank perturbs its inputs before each check
+FAULT_ENV = "GPUPROF_FAULT_RANK"
+# init_process_group(device_id=...) exists from torch 2.3 (the package accepts older)
+TAKES_DEVICE_ID = (
+    "device_id" in inspect.signature(dist.init_process_group).parameters
+)  # test-only: this rank perturbs its inputs before each check
 
 
 def resolve_device(request: str) -> str:
@@ -83,9 +90,15 @@ class Context:
         return self._writer
 
     def sync(self) -> None:
-        """Wait for the device to finish queued work (no-op on CPU)."""
+        """Wait for the device to finish queued work on every stream (no-op on CPU)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def sync_stream(self) -> None:
+        """Wait for the current (compute) stream only: communication that the code under
+        test left running on NCCL's own streams goes on (no-op on CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -107,7 +120,12 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
     # Waiting at a scope boundary can outlast one case; the watchdog bounds each case.
     pg_timeout = timedelta(seconds=max(1800.0, 4 * case_timeout_s))
     if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=pg_timeout)
+        # device_id binds the NCCL communicator to this GPU at init, so new_group can split it
+        # instead of making a new communicator from scratch for every sub-group
+        if device.type == "cuda" and TAKES_DEVICE_ID:
+            dist.init_process_group(backend, timeout=pg_timeout, device_id=device)
+        else:
+            dist.init_process_group(backend, timeout=pg_timeout)
     world_size, rank = dist.get_world_size(), dist.get_rank()
     local_world = _env_int("LOCAL_WORLD_SIZE", world_size)
     ctx = Context(
@@ -150,8 +168,8 @@ def rank_info(ctx: Context) -> dict[str, Any]:
         info["gpu_name"] = props.name
         info["gpu_uuid"] = str(getattr(props, "uuid", ""))
         bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
-        if None not in bus:
-            info["pci_bus_id"] = f"{bus[0]:08x}:{bus[1]:02x}:{bus[2]:02x}.0"
+        if None not in bus:  # NVML's form (upper case), so it joins the NVML topology
+            info["pci_bus_id"] = normalize_bus_id(f"{bus[0]:x}:{bus[1]:x}:{bus[2]:x}.0")
     return info
 
 
@@ -250,38 +268,6 @@ class Budget:
         )
 
 
-def _time_cpu(op: Callable[[], None], iters: int) -> list[float]:
-    times = []
-    clock = time.perf_counter_ns
-    for _ in range(iters):
-        start = clock()
-        op()
-        times.append((clock() - start) / 1e3)
-    return times
-
-
-def _time_cuda(op: Callable[[], None], iters: int) -> list[float]:
-    starts = [
-        torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        for _ in range(iters)
-    ]
-    ends = [
-        torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        for _ in range(iters)
-    ]
-    for start, end in zip(starts, ends, strict=False):
-        start.record()
-        op()
-        end.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]  # ms -> us
-
-
-def time_iterations(ctx: Context, op: Callable[[], None], iters: int) -> list[float]:
-    """Per-iteration times in microseconds (CUDA events on GPU, perf_counter_ns on CPU)."""
-    return _time_cuda(op, iters) if ctx.device.type == "cuda" else _time_cpu(op, iters)
-
-
 def agreed_max(ctx: Context, value: float, group: Any) -> float:
     """The max of `value` over the group (also a synchronisation point)."""
     tensor = torch.tensor([value], dtype=torch.float64, device=ctx.device)
@@ -308,7 +294,7 @@ def measure(
     def timed(iters: int) -> tuple[list[float], Series]:
         if prepared.timed is not None:
             return prepared.timed(iters)
-        return time_iterations(ctx, prepared.run, iters), {}
+        return time_iterations(ctx.device, prepared.run, iters), {}
 
     warm, _ = timed(max(1, budget.warmup_iters))
     nwrong = prepared.check() if prepared.check else None
@@ -382,7 +368,16 @@ def run_cases(
         dist.barrier()
         if ctx.shipper is not None:
             ctx.shipper.ship()
+    release_scopes(scopes)
     ctx.writer.sync()
+
+
+def release_scopes(scopes: list[Scope | None]) -> None:
+    """Destroy the sub-groups this rank measured in (every rank is past the last barrier), so
+    communicators do not pile up from probe to probe."""
+    for scope in scopes:
+        if scope is not None and scope.group is not None:
+            dist.destroy_process_group(scope.group)
 
 
 def fault_rank() -> int | None:

@@ -42,6 +42,8 @@ def _matmul(ctx: Context, dtype: str, n: int) -> Callable[[], None]:
             raise Unsupported("float8 matmul needs a CUDA device of compute capability 8.9+")
         if not hasattr(torch, "_scaled_mm"):
             raise Unsupported("this torch has no torch._scaled_mm")
+        if n % 16:
+            raise Unsupported(f"float8 matmul (torch._scaled_mm) needs n divisible by 16, not {n}")
         a = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.float8_e4m3fn)
         b = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.float8_e4m3fn).t()
         one = torch.ones((), device=ctx.device)
@@ -58,9 +60,17 @@ def _matmul(ctx: Context, dtype: str, n: int) -> Callable[[], None]:
     allow = dtype == "tf32"
 
     def run() -> None:
-        if ctx.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.matmul(a, b, out=out)
+        if ctx.device.type != "cuda":
+            torch.matmul(a, b, out=out)
+            return
+        # cuBLAS reads the flag when the matmul is launched: set it for this call only, so
+        # no later probe (or the user's code in this process) runs silently in TF32
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        try:
+            torch.matmul(a, b, out=out)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
 
     return run
 

@@ -157,7 +157,11 @@ class DDPBench:
         self.accum = int(self.settings["accum"])
         hidden, layers = params.shape
         cuda = ctx.device.type == "cuda"
-        if self.settings["amp"] and cuda and not torch.cuda.is_bf16_supported():
+        if (
+            self.settings["amp"]
+            and cuda
+            and not torch.cuda.is_bf16_supported(including_emulation=False)
+        ):
             raise Unsupported("bf16 autocast needs a GPU with bfloat16 support")
         self.amp = self.settings["amp"]
         self.model = _wrap(

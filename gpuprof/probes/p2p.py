@@ -1,5 +1,6 @@
 """Point-to-point bandwidth and latency for every pair of ranks (nvbandwidth / p2pBandwidth-
-LatencyTest style), disjoint pairs at the same time in rounds (plan.pair_rounds).
+LatencyTest style), disjoint pairs at the same time in rounds (specs.p2p.pair_rounds), every
+mode through batch_isend_irecv on the round's group (one communicator for all three).
 
 Per pair (a < b), at `size_bytes`:
 - `uni`: a sends, b receives; bandwidth = size / time;
@@ -15,6 +16,7 @@ Each iteration's time is the slower rank of the pair; received data is checked (
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -50,38 +52,44 @@ def _pattern(count: int, source: int, device: torch.device) -> torch.Tensor:
 
 
 def _exchange(
-    ctx: Context, mode: str, peer: int, send: torch.Tensor, recv: torch.Tensor
+    ctx: Context, mode: str, peer: int, send: torch.Tensor, recv: torch.Tensor, group: Any
 ) -> Callable[[], None]:
+    """One iteration of `mode` with `peer`. Every mode goes through batch_isend_irecv on the
+    round's group, so all three use the same communicator (on NCCL a plain send/recv would
+    use a separate per-pair communicator, bidir the group's)."""
     first = ctx.rank < peer
+
+    def transfer(*ops: tuple[Any, torch.Tensor]) -> None:
+        p2p = [dist.P2POp(op, tensor, peer, group) for op, tensor in ops]
+        for work in dist.batch_isend_irecv(p2p):
+            work.wait()
 
     def uni() -> None:
         if first:
-            dist.send(send, peer)
+            transfer((dist.isend, send))
         else:
-            dist.recv(recv, peer)
+            transfer((dist.irecv, recv))
 
     def bidir() -> None:
         # receive posted first: gloo then moves both directions at once (see collectives)
-        ops = [dist.P2POp(dist.irecv, recv, peer), dist.P2POp(dist.isend, send, peer)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        transfer((dist.irecv, recv), (dist.isend, send))
 
     def ping_pong() -> None:
         if first:
-            dist.send(send, peer)
-            dist.recv(recv, peer)
+            transfer((dist.isend, send))
+            transfer((dist.irecv, recv))
         else:
-            dist.recv(recv, peer)
-            dist.send(send, peer)
+            transfer((dist.irecv, recv))
+            transfer((dist.isend, send))
 
     return {"uni": uni, "bidir": bidir, "latency": ping_pong}[mode]
 
 
-def _case(ctx: Context, mode: str, size: int, peer: int) -> Case:
+def _case(ctx: Context, mode: str, size: int, peer: int, group: Any) -> Case:
     def build() -> Prepared:
         send = _pattern(size, ctx.rank, ctx.device)
         recv = torch.zeros(size, dtype=torch.uint8, device=ctx.device)
-        run = _exchange(ctx, mode, peer, send, recv)
+        run = _exchange(ctx, mode, peer, send, recv, group)
         receives = mode != "uni" or ctx.rank > peer
 
         def check() -> int:
@@ -104,7 +112,13 @@ def cases(ctx: Context, scope: Scope, params: P2PParams, peers: dict[str, int]) 
     """This rank's cases in one round: every mode with its partner of that round."""
     peer = peers[scope.name]
     return [
-        _case(ctx, mode, params.latency_bytes if mode == "latency" else params.size_bytes, peer)
+        _case(
+            ctx,
+            mode,
+            params.latency_bytes if mode == "latency" else params.size_bytes,
+            peer,
+            scope.group,
+        )
         for mode in params.modes
     ]
 

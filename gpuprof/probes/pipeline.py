@@ -9,10 +9,11 @@ times its `--stage-weights` entry (a deliberate imbalance).
 One iteration is one `schedule.step()` of m micro-batches after a barrier. Every forward
 (F), backward (B: the full backward, or the input-gradient part in zero-bubble schedules)
 and weight-gradient (W) call of each stage is timed by wrapping the stage's methods, and every
-wait for a send/recv by wrapping the schedules' wait helper; on GPU the device is synchronised
-around each, so a kernel's time is its own. Intervals are on each rank's monotonic clock
-shifted to group rank 0's: the offset comes from 10 ping-pongs with rank 0 (the one with the
-shortest round trip), and its error is at most half that round trip (recorded per rank).
+wait for a send/recv by wrapping the schedules' wait helper; on GPU the compute stream (not
+NCCL's) is synchronised around each, so a kernel's time is its own. Intervals are on each
+rank's monotonic clock shifted to group rank 0's: the offset comes from 10 ping-pongs with
+rank 0 (the one with the shortest round trip, each transfer waited for), and its error is at
+most half that round trip (recorded per rank).
 
     torchrun --nproc-per-node 4 -m gpuprof.probes.pipeline --schedules GPipe,1F1B
 """
@@ -77,18 +78,29 @@ def clock_offset(ctx: Context, scope: Scope) -> tuple[float, float]:
     method, the ping-pong with the shortest round trip; error <= half that round trip."""
     buf = torch.zeros(1, dtype=torch.float64, device=ctx.device)
     root = scope.ranks[0]
+
+    # On NCCL send/recv return once queued: wait for the transfer itself before reading a
+    # clock, else the ping-pong times queueing and the offset is off by about a round trip.
+    def send(to: int) -> None:
+        dist.send(buf, to, group=scope.group)
+        ctx.sync()
+
+    def recv(source: int) -> None:
+        dist.recv(buf, source, group=scope.group)
+        ctx.sync()
+
     if ctx.rank == root:
         for peer in scope.ranks[1:]:
             for _ in range(PING_ROUNDS):
-                dist.recv(buf, peer, group=scope.group)
+                recv(peer)
                 buf.fill_(time.perf_counter_ns() / 1e3)
-                dist.send(buf, peer, group=scope.group)
+                send(peer)
         return 0.0, 0.0
     best = (float("inf"), 0.0)
     for _ in range(PING_ROUNDS):
         t0 = time.perf_counter_ns() / 1e3
-        dist.send(buf, root, group=scope.group)
-        dist.recv(buf, root, group=scope.group)
+        send(root)
+        recv(root)
         t1 = time.perf_counter_ns() / 1e3
         best = min(best, (t1 - t0, float(buf.item()) - (t0 + t1) / 2))
     return best[1], best[0] / 2
@@ -151,7 +163,8 @@ class PipelineBench:
         self.layers = layers
 
     def _now(self) -> float:
-        self.ctx.sync()
+        # the compute stream only: sends the schedule overlaps with compute go on
+        self.ctx.sync_stream()
         return time.perf_counter_ns() / 1e3 + self.offset_us
 
     def _record(self, kind: str, stage: int, micro_batch: int, start: float) -> None:

@@ -27,9 +27,11 @@ from gpuprof.store import PLAN_JSON, RESUME_JSON, read_json, start_run, update_r
 from gpuprof.telemetry import sampler as telemetry
 
 
-def describe_job(ctx: Context, plan: SweepPlan, run_dir: Path) -> list[str]:
+def describe_job(
+    ctx: Context, plan: SweepPlan, run_dir: Path
+) -> tuple[list[str], list[dict[str, Any]]]:
     """Gather every rank's identity and each node's hardware into run.json on the home rank;
-    return the preflight problems (the same list on every rank)."""
+    return the preflight problems (the same list on every rank) and every rank's identity."""
     mine: dict[str, Any] = {"rank": rank_info(ctx)}
     if ctx.local_rank == 0:
         mine["node"] = gpuenv.node_info(ctx.node_rank)
@@ -51,12 +53,12 @@ def describe_job(ctx: Context, plan: SweepPlan, run_dir: Path) -> list[str]:
             ranks=[g["rank"] for g in gathered],
             preflight=problems,
         )
-    return problems
+    return problems, [g["rank"] for g in gathered]
 
 
 def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
     """Run every probe of the plan on this rank (after the preflight checks pass)."""
-    problems = describe_job(ctx, plan, run_dir)
+    problems, ranks = describe_job(ctx, plan, run_dir)
     if problems:
         if ctx.rank == ctx.home_rank:
             ctx.writer.write(
@@ -70,7 +72,11 @@ def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
                 }
             )
         raise PreflightError("; ".join(problems))
-    sampler = _start_telemetry(ctx, plan, run_dir)
+    # NVML lists every GPU of the machine: the sampler keeps this node's ranks' GPUs
+    buses = [
+        r["pci_bus_id"] for r in ranks if r["node_rank"] == ctx.node_rank and r.get("pci_bus_id")
+    ]
+    sampler = _start_telemetry(ctx, plan, run_dir, buses or None)
     try:
         for probe in plan.probes:
             module = importlib.import_module(registry.get(probe).rank_module)
@@ -82,12 +88,14 @@ def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
         ctx.shipper.ship()  # the telemetry written after the last scope
 
 
-def _start_telemetry(ctx: Context, plan: SweepPlan, run_dir: Path) -> Any:
+def _start_telemetry(
+    ctx: Context, plan: SweepPlan, run_dir: Path, bus_ids: list[str] | None
+) -> Any:
     """Local rank 0 starts its node's sampler before the first probe (and ships its file)."""
     if plan.telemetry_hz <= 0 or ctx.local_rank != 0:
         return None
     path = telemetry.telemetry_path(run_dir, ctx.host)
-    proc = telemetry.start(run_dir, ctx.host, plan.telemetry_hz)
+    proc = telemetry.start(run_dir, ctx.host, plan.telemetry_hz, bus_ids)
     if ctx.shipper is not None:
         ctx.shipper.add(path)
     deadline = time.monotonic() + 10

@@ -32,7 +32,8 @@ def general_method(info: dict[str, Any]) -> list[str]:
     """How every number was timed (each section adds its own lines)."""
     cuda = info.get("device") == "cuda"
     timer = (
-        "CUDA events recorded around every iteration on the current stream"
+        "CUDA events recorded around every iteration on the current stream, the stream "
+        "held by a spin kernel first so the iterations run back to back"
         if cuda
         else "time.perf_counter_ns around every blocking gloo call"
     )

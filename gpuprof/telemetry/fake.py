@@ -1,9 +1,22 @@
 """A fake NVML behind the same call boundary as `pynvml`, for tests and demos without GPUs.
 
-`FakeNVML.dgx(num_gpus, name)` builds an NVSwitch-style node: every GPU pair joined by
-`links` NVLinks, GPUs split over two NUMA nodes. Select it for any gpuprof command with
-`GPUPROF_FAKE_NVML=<num_gpus>x<name>`, e.g. `GPUPROF_FAKE_NVML="8xNVIDIA H100 80GB HBM3"`.
-Functions a device does not support raise NVMLError_NotSupported, as real NVML does.
+It models what nvml.h documents where gpuprof depends on it, so tests run the real code paths:
+
+- PCI bus ids as NVML prints them: `00000000:18:00.0`, 8-digit domain, upper-case hex.
+- NVLink throughput fields (138/139, cumulative KiB): nvmlDeviceGetFieldValues takes plain
+  field ids (scopeId 0: link 0 only) or (field id, scopeId) pairs, scopeId a link id or
+  UINT_MAX (0xFFFFFFFF) for the sum over all links; each entry has its own nvmlReturn.
+- NVSwitch systems: every link of a GPU ends at a switch (remote device type
+  NVML_NVLINK_DEVICE_TYPE_SWITCH, remote bus id the switch's), and
+  nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK) says whether two GPUs talk over it.
+- NVML lists every GPU of the machine, whatever CUDA_VISIBLE_DEVICES says.
+- An older nvidia-ml-py lacks newer functions (`missing`: AttributeError, as a module would);
+  a device that does not support a query raises NVMLError_NotSupported.
+
+Presets (`FakeNVML.preset(name)`, or `GPUPROF_FAKE_NVML=<name>` for any gpuprof command):
+`hgx-h100` (8 x H100 SXM on 4 NVSwitches), `a100-pcie-bridged` (8 x A100 80GB PCIe, NVLink
+bridges joining GPU pairs), `pcie-4gpu` (4 x L40S on PCIe only). `GPUPROF_FAKE_NVML=
+"<n>x<name>"` builds `dgx(n, name)`: every GPU pair joined directly by NVLinks.
 """
 
 from __future__ import annotations
@@ -11,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 NVML_TOPOLOGY_INTERNAL = 0
 NVML_TOPOLOGY_SINGLE = 10
@@ -20,6 +33,13 @@ NVML_TOPOLOGY_HOSTBRIDGE = 30
 NVML_TOPOLOGY_NODE = 40
 NVML_TOPOLOGY_SYSTEM = 50
 NVML_NVLINK_MAX_LINKS = 18
+NVML_NVLINK_DEVICE_TYPE_GPU = 0
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
+NVML_ERROR_NOT_SUPPORTED = 3
+UINT_MAX = 0xFFFFFFFF
 
 
 class NVMLError(Exception):
@@ -40,6 +60,8 @@ class FakeGpu:
     numa: int
     memory_bytes: int = 80 << 30
     nvlinks: list[str] = field(default_factory=list)  # remote bus id per active link
+    pcie_switch: int | None = None  # GPUs under one PCIe switch: PIX
+    host_bridge: int | None = None  # GPUs under one host bridge: PHB
     # what the counters say; `unsupported` names NVML functions that raise NotSupported
     util_pct: int = 50
     power_mw: int = 400_000
@@ -48,8 +70,8 @@ class FakeGpu:
     mem_clock_mhz: int = 2619
     clock_reasons: int = 0
     pcie_kbps: int = 1_000_000
-    nvlink_kib_per_s: float = 100e6  # ~102 GB/s each way
-    nvlink_kib_start: int = 0  # start near 2**64 to test the wrap-around
+    nvlink_kib_per_s: float = 5e6  # per active link, each way (~5 GB/s)
+    nvlink_kib_start: int = 0  # each link's counter at start: near 2**64 tests the wrap
     unsupported: set[str] = field(default_factory=set)
 
 
@@ -95,17 +117,28 @@ class FakeNVML:
     NVML_TOPOLOGY_HOSTBRIDGE = NVML_TOPOLOGY_HOSTBRIDGE
     NVML_TOPOLOGY_NODE = NVML_TOPOLOGY_NODE
     NVML_TOPOLOGY_SYSTEM = NVML_TOPOLOGY_SYSTEM
+    NVML_NVLINK_DEVICE_TYPE_SWITCH = NVML_NVLINK_DEVICE_TYPE_SWITCH
+    NVML_P2P_CAPS_INDEX_NVLINK = NVML_P2P_CAPS_INDEX_NVLINK
 
     def __init__(
         self,
         gpus: list[FakeGpu],
         driver: str = "550.54.15",
         clock: Callable[[], float] = time.monotonic,
+        switches: set[str] | None = None,
+        missing: set[str] | None = None,
     ) -> None:
         self.gpus = gpus
         self.driver = driver
         self.clock = clock
         self.t0 = clock()
+        self.switches = switches or set()  # bus ids of NVSwitches (remote ends of links)
+        self.missing = missing or set()  # functions this (older) nvidia-ml-py lacks
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return object.__getattribute__(self, name)
 
     @classmethod
     def dgx(
@@ -128,8 +161,75 @@ class FakeNVML:
         return cls(gpus)
 
     @classmethod
+    def hgx_h100(cls) -> FakeNVML:
+        """An HGX H100 board: 8 x H100 SXM, each with 18 NVLinks to 4 NVSwitches (5+4+4+5),
+        no direct GPU-GPU link; GPUs 0-3 on NUMA node 0, 4-7 on node 1."""
+        buses = [f"00000000:{b}:00.0" for b in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]
+        switches = [f"00000000:{b}:00.0" for b in ("05", "06", "07", "08")]
+        per_switch = (5, 4, 4, 5)
+        gpus = [
+            FakeGpu(
+                name="NVIDIA H100 80GB HBM3",
+                uuid=f"GPU-hgx-{i:04d}",
+                bus_id=bus,
+                numa=i // 4,
+                host_bridge=i,
+                nvlinks=[sw for sw, n in zip(switches, per_switch, strict=True) for _ in range(n)],
+            )
+            for i, bus in enumerate(buses)
+        ]
+        return cls(gpus, switches=set(switches))
+
+    @classmethod
+    def a100_pcie_bridged(cls) -> FakeNVML:
+        """8 x A100 80GB PCIe, NVLink bridges joining GPUs 0-1, 2-3, 4-5, 6-7 (12 links each
+        pair); each bridged pair under one PCIe switch; GPUs 0-3 on NUMA node 0, 4-7 on 1."""
+        buses = [f"00000000:{b}:00.0" for b in ("1B", "1C", "3D", "3E", "9C", "9D", "BD", "BE")]
+        gpus = [
+            FakeGpu(
+                name="NVIDIA A100 80GB PCIe",
+                uuid=f"GPU-a100-{i:04d}",
+                bus_id=bus,
+                numa=i // 4,
+                pcie_switch=i // 2,
+                host_bridge=i // 2,
+                nvlinks=[buses[i ^ 1]] * 12,
+            )
+            for i, bus in enumerate(buses)
+        ]
+        return cls(gpus)
+
+    @classmethod
+    def pcie_4gpu(cls) -> FakeNVML:
+        """4 x L40S on PCIe only: GPUs 0-1 under one switch, 2-3 under another, one host
+        bridge, one NUMA node."""
+        buses = [f"00000000:{b}:00.0" for b in ("4F", "52", "D5", "D6")]
+        gpus = [
+            FakeGpu(
+                name="NVIDIA L40S",
+                uuid=f"GPU-l40s-{i:04d}",
+                bus_id=bus,
+                numa=0,
+                pcie_switch=i // 2,
+                host_bridge=0,
+                memory_bytes=48 << 30,
+            )
+            for i, bus in enumerate(buses)
+        ]
+        return cls(gpus)
+
+    PRESETS: ClassVar[dict[str, str]] = {
+        "hgx-h100": "hgx_h100",
+        "a100-pcie-bridged": "a100_pcie_bridged",
+        "pcie-4gpu": "pcie_4gpu",
+    }
+
+    @classmethod
     def from_spec(cls, spec: str) -> FakeNVML:
-        """'8xNVIDIA H100 80GB HBM3' -> dgx(8, 'NVIDIA H100 80GB HBM3')."""
+        """A preset name, or '8xNVIDIA H100 80GB HBM3' -> dgx(8, 'NVIDIA H100 80GB HBM3')."""
+        if spec.strip() in cls.PRESETS:
+            built: FakeNVML = getattr(cls, cls.PRESETS[spec.strip()])()
+            return built
         count, _, name = spec.partition("x")
         return cls.dgx(int(count), name.strip() or "NVIDIA H100 80GB HBM3")
 
@@ -170,9 +270,26 @@ class FakeNVML:
             raise NVMLError_NotSupported("link down")
         return _Pci(gpu.nvlinks[link])
 
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, gpu: FakeGpu, link: int) -> int:  # noqa: N802
+        if link >= len(gpu.nvlinks):
+            raise NVMLError_NotSupported("link down")
+        switch = gpu.nvlinks[link] in self.switches
+        return NVML_NVLINK_DEVICE_TYPE_SWITCH if switch else NVML_NVLINK_DEVICE_TYPE_GPU
+
+    def nvmlDeviceGetP2PStatus(self, a: FakeGpu, b: FakeGpu, index: int) -> int:  # noqa: N802
+        if index != NVML_P2P_CAPS_INDEX_NVLINK:
+            return NVML_P2P_STATUS_OK  # read/write/atomics over PCIe: fine on these boards
+        direct = b.bus_id in a.nvlinks
+        switched = bool(set(a.nvlinks) & self.switches) and bool(set(b.nvlinks) & self.switches)
+        return NVML_P2P_STATUS_OK if direct or switched else NVML_P2P_STATUS_NOT_SUPPORTED
+
     def nvmlDeviceGetTopologyCommonAncestor(self, a: FakeGpu, b: FakeGpu) -> int:  # noqa: N802
         if a is b:
             return NVML_TOPOLOGY_INTERNAL
+        if a.pcie_switch is not None and a.pcie_switch == b.pcie_switch:
+            return NVML_TOPOLOGY_SINGLE
+        if a.host_bridge is not None and a.host_bridge == b.host_bridge:
+            return NVML_TOPOLOGY_HOSTBRIDGE
         return NVML_TOPOLOGY_NODE if a.numa == b.numa else NVML_TOPOLOGY_SYSTEM
 
     # -- sampling: counters grow with the (injectable) clock; unsupported calls raise --
@@ -208,6 +325,11 @@ class FakeNVML:
         self._check(gpu, "nvmlDeviceGetCurrentClocksEventReasons")
         return gpu.clock_reasons
 
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, gpu: FakeGpu) -> int:  # noqa: N802
+        """The older name of the same bitmask (deprecated, still in every nvidia-ml-py)."""
+        self._check(gpu, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        return gpu.clock_reasons
+
     def nvmlDeviceGetPcieThroughput(self, gpu: FakeGpu, counter: int) -> int:  # noqa: N802
         self._check(gpu, "nvmlDeviceGetPcieThroughput")
         return gpu.pcie_kbps
@@ -216,10 +338,29 @@ class FakeNVML:
         self._check(gpu, "nvmlDeviceGetTotalEccErrors")
         return 0
 
-    def nvmlDeviceGetFieldValues(self, gpu: FakeGpu, fields: list[int]) -> list[_Field]:  # noqa: N802
+    def _link_kib(self, gpu: FakeGpu, link: int) -> int:
+        return (gpu.nvlink_kib_start + int(gpu.nvlink_kib_per_s * self._elapsed())) % (1 << 64)
+
+    def _field(self, gpu: FakeGpu, request: int | tuple[int, int]) -> _Field:
+        field_id, scope = request if isinstance(request, tuple) else (request, 0)
+        links = range(len(gpu.nvlinks))
+        if not gpu.nvlinks:  # a GPU without NVLink does not support the NVLink fields
+            return _Field(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, value=_Value(0))
+        if scope == UINT_MAX:
+            kib = sum(self._link_kib(gpu, link) for link in links) % (1 << 64)
+        elif scope in links:
+            kib = self._link_kib(gpu, scope)
+        else:
+            return _Field(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, value=_Value(0))
+        return _Field(fieldId=field_id, nvmlReturn=0, value=_Value(ullVal=kib))
+
+    def nvmlDeviceGetFieldValues(  # noqa: N802
+        self, gpu: FakeGpu, fields: list[int | tuple[int, int]]
+    ) -> list[_Field]:
+        """Fields 138/139: per link (scopeId = link id; a plain id means scopeId 0) or summed
+        over every link (scopeId UINT_MAX)."""
         self._check(gpu, "nvmlDeviceGetFieldValues")
-        kib = (gpu.nvlink_kib_start + int(gpu.nvlink_kib_per_s * self._elapsed())) % (1 << 64)
-        return [_Field(fieldId=f, nvmlReturn=0, value=_Value(ullVal=kib)) for f in fields]
+        return [self._field(gpu, request) for request in fields]
 
     def numa_node(self, bus_id: str) -> int | None:
         """What sysfs would say for this device's NUMA node (fake only)."""

@@ -2,13 +2,21 @@
 zero, and never stops the sampler (nvml.h: NVML_ERROR_NOT_SUPPORTED).
 
 Rates come from counter deltas over the sampling interval: energy (mJ) -> power, NVLink
-throughput fields 138/139 (cumulative KiB, all links) -> GB/s. Counters are unsigned 64-bit;
-a delta across a wrap-around is corrected.
+throughput fields 138/139 (cumulative KiB) -> GB/s. nvml.h: those fields take the link id in
+`scopeId`, or UINT_MAX for the sum over every link; a plain field id means scopeId 0, link 0
+only, so they are asked for as (field, UINT_MAX) pairs. Counters are unsigned 64-bit; a delta
+across a wrap-around is corrected.
+
+NVML lists every GPU of the machine (it ignores CUDA_VISIBLE_DEVICES): given the job's PCI
+bus ids, only those GPUs are sampled.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from gpuprof.topology import normalize_bus_id
 
 # clock event reasons that mean the GPU was slowed (the others: idle, app clocks, sync boost)
 THROTTLE_REASONS = {
@@ -20,6 +28,7 @@ THROTTLE_REASONS = {
 }
 THROTTLE_MASK = sum(THROTTLE_REASONS)
 NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB
+ALL_LINKS = 0xFFFFFFFF  # scopeId UINT_MAX: the sum over every NVLink of the GPU
 
 
 def counter_delta(previous: int, current: int, bits: int = 64) -> int:
@@ -36,21 +45,34 @@ def decode_reasons(reasons: int | None) -> list[str]:
 
 
 class GpuSampler:
-    """Samples every GPU NVML sees; keeps the previous counters for rates."""
+    """Samples the job's GPUs (every GPU NVML sees when `bus_ids` is None); keeps the previous
+    counters for rates."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, bus_ids: Iterable[str] | None = None) -> None:
         self.nvml = nvml
         count = nvml.nvmlDeviceGetCount()
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        self.buses = [str(nvml.nvmlDeviceGetPciInfo(h).busId) for h in self.handles]
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        buses = [normalize_bus_id(str(nvml.nvmlDeviceGetPciInfo(h).busId)) for h in handles]
+        wanted = None if bus_ids is None else {normalize_bus_id(b) for b in bus_ids}
+        keep = [i for i, bus in enumerate(buses) if wanted is None or bus in wanted]
+        self.handles = [handles[i] for i in keep]
+        self.buses = [buses[i] for i in keep]
+        self.indices = keep  # NVML's index of each sampled GPU (source gpu<index>)
         self._prev: dict[tuple[int, str], tuple[int, int]] = {}
 
     def _get(self, function: str, *args: Any) -> Any:
-        """nvml.<function>(*args), or None when the device does not support it."""
+        """nvml.<function>(*args), or None when the device does not support it or this
+        nvidia-ml-py has no such function."""
         try:
             return getattr(self.nvml, function)(*args)
-        except self.nvml.NVMLError:
+        except (self.nvml.NVMLError, AttributeError):
             return None  # not supported on this device (or transiently unavailable)
+
+    def _reasons(self, handle: Any) -> int | None:
+        """The clock-event bitmask; nvidia-ml-py before 12.535 only has the older name."""
+        if hasattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons"):
+            return self._get("nvmlDeviceGetCurrentClocksEventReasons", handle)  # type: ignore[no-any-return]
+        return self._get("nvmlDeviceGetCurrentClocksThrottleReasons", handle)  # type: ignore[no-any-return]
 
     def _rate(
         self, gpu: int, name: str, value: int | None, t_ns: int, scale: float
@@ -65,7 +87,8 @@ class GpuSampler:
         return counter_delta(prev[0], value) * scale / ((t_ns - prev[1]) / 1e9)
 
     def _fields(self, handle: Any) -> tuple[int | None, int | None]:
-        values = self._get("nvmlDeviceGetFieldValues", handle, [NVLINK_TX, NVLINK_RX])
+        fields = [(NVLINK_TX, ALL_LINKS), (NVLINK_RX, ALL_LINKS)]
+        values = self._get("nvmlDeviceGetFieldValues", handle, fields)
         if values is None:
             return None, None
         out = [int(v.value.ullVal) if v.nvmlReturn == 0 else None for v in values]
@@ -79,13 +102,13 @@ class GpuSampler:
             mem = self._get("nvmlDeviceGetMemoryInfo", h)
             power = self._get("nvmlDeviceGetPowerUsage", h)
             energy = self._get("nvmlDeviceGetTotalEnergyConsumption", h)
-            reasons = self._get("nvmlDeviceGetCurrentClocksEventReasons", h)
+            reasons = self._reasons(h)
             pcie_tx = self._get("nvmlDeviceGetPcieThroughput", h, 0)
             pcie_rx = self._get("nvmlDeviceGetPcieThroughput", h, 1)
             nvl_tx, nvl_rx = self._fields(h)
             rows.append(
                 {
-                    "source": f"gpu{i}",
+                    "source": f"gpu{self.indices[i]}",
                     "bus_id": self.buses[i],
                     "gpu_util_pct": None if util is None else float(util.gpu),
                     "mem_util_pct": None if util is None else float(util.memory),

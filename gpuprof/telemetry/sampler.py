@@ -3,6 +3,7 @@ rate on the wall clock the probes' phase markers use, appended to
 `telemetry/node-<host>.jsonl` in the run folder (flushed about once a second).
 
     python -m gpuprof.telemetry.sampler --out RUN/telemetry/node-HOST.jsonl --hz 10 --host HOST
+        [--gpus BUS_ID,BUS_ID,...]   (only the job's GPUs; NVML lists every GPU of the machine)
 
 It runs until SIGTERM (or SIGINT), then flushes and exits 0. Without NVML it samples the host
 only and says so once on stderr.
@@ -48,12 +49,12 @@ def open_nvml() -> tuple[Any, str | None]:
 class Sampler:
     """Takes one sample of everything this node has."""
 
-    def __init__(self, host: str, nvml: Any) -> None:
+    def __init__(self, host: str, nvml: Any, bus_ids: list[str] | None = None) -> None:
         from gpuprof.telemetry.nvml import GpuSampler
 
         self.host = host
         self.host_sampler = HostSampler()
-        self.gpu_sampler = GpuSampler(nvml) if nvml is not None else None
+        self.gpu_sampler = GpuSampler(nvml, bus_ids) if nvml is not None else None
 
     def rows(self) -> list[dict[str, Any]]:
         t_ns = time.time_ns()
@@ -63,7 +64,13 @@ class Sampler:
         return [{"t_ns": t_ns, "host": self.host, **row} for row in rows]
 
 
-def run(out: Path, hz: float, host: str, duration_s: float | None = None) -> int:
+def run(
+    out: Path,
+    hz: float,
+    host: str,
+    duration_s: float | None = None,
+    bus_ids: list[str] | None = None,
+) -> int:
     """Sample until SIGTERM/SIGINT (or `duration_s`); returns the number of samples taken."""
     nvml, why = open_nvml()
     if nvml is None:
@@ -72,7 +79,7 @@ def run(out: Path, hz: float, host: str, duration_s: float | None = None) -> int
             file=sys.stderr,
             flush=True,
         )
-    sampler = Sampler(host, nvml)
+    sampler = Sampler(host, nvml, bus_ids)
     stop = {"now": False}
 
     def halt(*_: Any) -> None:
@@ -103,8 +110,10 @@ def _write(handle: IO[str], rows: list[dict[str, Any]]) -> None:
     handle.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
 
 
-def start(run_dir: Path, host: str, hz: float, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start this node's sampler as a child process."""
+def start(
+    run_dir: Path, host: str, hz: float, bus_ids: list[str] | None = None, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start this node's sampler as a child process (GPUs: the job's `bus_ids`, else all)."""
     argv = [
         sys.executable,
         "-m",
@@ -116,6 +125,8 @@ def start(run_dir: Path, host: str, hz: float, **popen: Any) -> subprocess.Popen
         "--host",
         host,
     ]
+    if bus_ids:
+        argv += ["--gpus", ",".join(bus_ids)]
     return subprocess.Popen(argv, **popen)
 
 
@@ -134,8 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--host", required=True)
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--gpus", help="PCI bus ids of the GPUs to sample (default: all)")
     args = parser.parse_args(argv)
-    run(args.out, args.hz, args.host, args.duration)
+    buses = [b for b in args.gpus.split(",") if b] if args.gpus else None
+    run(args.out, args.hz, args.host, args.duration, buses)
 
 
 if __name__ == "__main__":

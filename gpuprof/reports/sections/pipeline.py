@@ -14,10 +14,10 @@ from gpuprof.reports.sections import Block, Figures, Note, Section, Table, embed
 
 METHOD = (
     "pipeline: every forward, backward and weight-gradient call of each stage and every "
-    "send/recv wait timed on each rank (device synchronised around each on GPU), shifted "
-    "to group rank 0's clock by the fastest of 10 ping-pongs (error <= half its round "
-    "trip, column clock_err_us); bubble per rank = 1 - busy / step, step from the first "
-    "forward to the last compute of any rank; theory from the schedules' formulas "
+    "send/recv wait timed on each rank (the compute stream synchronised around each on "
+    "GPU), shifted to group rank 0's clock by the fastest of 10 ping-pongs (error <= half "
+    "its round trip, column clock_err_us); bubble per rank = 1 - busy / step, step from the "
+    "first forward to the last compute of any rank; theory from the schedules' formulas "
     "(docs/methodology.md); simulated = each rank's measured order replayed with the median "
     "stage times and no communication."
 )

@@ -1,0 +1,350 @@
+"""The GPU paths against what NVML, NCCL and PyTorch document, on a machine without a GPU:
+the fake NVML models nvml.h's semantics (scopeId, NVSwitch links, bus id form, missing
+functions), and the CUDA-only code is driven with recording stubs where a GPU would be.
+Each test names the defect it guards against; each failed on the code before the fix."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from gpuprof.analysis.p2p import link_class, topology_links
+from gpuprof.hardware import gpu_peaks
+from gpuprof.telemetry.fake import FakeNVML
+from gpuprof.telemetry.nvml import GpuSampler
+from gpuprof.topology import format_topology, gpu_topology, normalize_bus_id
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _rates(nvml: FakeNVML, bus_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    clock = Clock()
+    nvml.clock, nvml.t0 = clock, 0.0
+    sampler = GpuSampler(nvml, bus_ids)
+    sampler.sample(0)
+    clock.now = 1.0
+    return sampler.sample(1_000_000_000)
+
+
+# -- 1. NVLink counters: the sum over every link (scopeId UINT_MAX), not link 0 -------------
+
+
+def test_fake_nvml_field_values_follow_the_scope_id() -> None:
+    nvml = FakeNVML.hgx_h100()
+    gpu = nvml.gpus[0]
+    nvml.clock, nvml.t0 = (lambda: 1.0), 0.0
+    link0 = nvml.nvmlDeviceGetFieldValues(gpu, [138])[0].value.ullVal  # plain id: scopeId 0
+    link5 = nvml.nvmlDeviceGetFieldValues(gpu, [(138, 5)])[0].value.ullVal
+    total = nvml.nvmlDeviceGetFieldValues(gpu, [(138, 0xFFFFFFFF)])[0].value.ullVal
+    assert link0 == link5 == int(gpu.nvlink_kib_per_s) and total == 18 * link0
+    assert nvml.nvmlDeviceGetFieldValues(gpu, [(138, 40)])[0].nvmlReturn != 0  # no link 40
+
+
+def test_nvlink_rate_sums_every_link() -> None:
+    nvml = FakeNVML.hgx_h100()
+    per_link = nvml.gpus[0].nvlink_kib_per_s * 1024 / 1e9
+    rows = _rates(nvml)
+    assert rows[0]["nvlink_tx_gbps"] == pytest.approx(18 * per_link)
+    assert rows[0]["nvlink_rx_gbps"] == pytest.approx(18 * per_link)
+
+
+# -- 2. NVSwitch systems: every GPU pair is an NVLink pair ----------------------------------
+
+
+def test_nvswitch_node_labels_every_pair_nv18() -> None:
+    topo = gpu_topology(FakeNVML.hgx_h100(), [])
+    for i, row in enumerate(topo["matrix"]):
+        assert row[i] == "X"
+        assert all(label == "NV18" for j, label in enumerate(row) if j != i), row
+    assert topo["numa"] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+# -- 3. PCI bus ids in one form on both sides of the join -----------------------------------
+
+
+def test_bus_ids_normalize_to_nvml_form() -> None:
+    assert normalize_bus_id("00000000:d8:00.0") == "00000000:D8:00.0"
+    assert normalize_bus_id("0000:d8:00.0") == "00000000:D8:00.0"  # sysfs, 4-digit domain
+    assert normalize_bus_id("d8:0.0") == "00000000:D8:00.0"
+
+
+def test_lower_case_rank_bus_ids_join_the_nvml_topology() -> None:
+    nvml = FakeNVML.hgx_h100()
+    topo = gpu_topology(nvml, [])
+    info = {"nodes": [{"host": "h", "topology": topo}]}
+    links = topology_links(info)
+    # ranks of older runs recorded torch's lower-case ids; 0xAB has hex letters in it
+    a = {"host": "h", "pci_bus_id": "00000000:2a:00.0"}
+    b = {"host": "h", "pci_bus_id": "00000000:ab:00.0"}
+    assert link_class(a, b, links) == "nvlink"
+
+
+# -- 4 and 7. Pipeline clocks and timers on NCCL --------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def note(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> None:
+            self.calls.append(name)
+
+        return call
+
+
+def test_clock_ping_pong_waits_for_each_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes import pipeline
+
+    rec = Recorder()
+    monkeypatch.setattr(pipeline.dist, "send", rec.note("send"))
+    monkeypatch.setattr(pipeline.dist, "recv", rec.note("recv"))
+    ctx = SimpleNamespace(rank=1, device=torch.device("cpu"), sync=rec.note("sync"))
+    scope = SimpleNamespace(ranks=(0, 1), group=None)
+    pipeline.clock_offset(ctx, scope)  # type: ignore[arg-type]
+    # send/recv return once queued on NCCL: every transfer is waited for before the clock
+    assert rec.calls[:4] == ["send", "sync", "recv", "sync"]
+    assert rec.calls.count("sync") == rec.calls.count("send") + rec.calls.count("recv")
+
+
+def test_pipeline_timers_sync_the_compute_stream_only() -> None:
+    from gpuprof.probes.pipeline import PipelineBench
+
+    rec = Recorder()
+    bench = object.__new__(PipelineBench)
+    bench.ctx = SimpleNamespace(sync=rec.note("device"), sync_stream=rec.note("stream"))  # type: ignore[assignment]
+    bench.offset_us = 0.0
+    bench._now()
+    assert rec.calls == ["stream"]  # never a device-wide sync that waits for NCCL's streams
+
+
+# -- 6. Small-message timing: the stream is held before the first start event ---------------
+
+
+def test_cuda_timing_holds_the_stream_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes import _timing
+
+    rec = Recorder()
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self) -> None:
+            rec.calls.append("record")
+
+        def elapsed_time(self, other: Event) -> float:
+            return 0.01
+
+    monkeypatch.setattr(_timing.torch.cuda, "Event", Event)
+    monkeypatch.setattr(_timing.torch.cuda, "_sleep", rec.note("spin"))
+    monkeypatch.setattr(_timing.torch.cuda, "synchronize", rec.note("synchronize"))
+    times = _timing._time_cuda(rec.note("op"), 3)
+    assert rec.calls[0] == "spin" and rec.calls[1] == "record"
+    assert times == pytest.approx([10.0, 10.0, 10.0])
+
+
+# -- 8. p2p: one communicator for every mode ------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["uni", "bidir", "latency"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_p2p_mode_batches_on_the_round_group(
+    monkeypatch: pytest.MonkeyPatch, mode: str, rank: int
+) -> None:
+    from gpuprof.probes import p2p
+
+    groups: list[Any] = []
+
+    def batch(ops: list[Any]) -> list[Any]:
+        groups.extend(op.group for op in ops)
+        return []
+
+    monkeypatch.setattr(p2p.dist, "batch_isend_irecv", batch)
+    monkeypatch.setattr(p2p.dist, "send", lambda *a, **k: groups.append("plain send"))
+    monkeypatch.setattr(p2p.dist, "recv", lambda *a, **k: groups.append("plain recv"))
+    monkeypatch.setattr(p2p.dist, "P2POp", lambda op, t, peer, group: SimpleNamespace(group=group))
+    round_group = object()
+    ctx = SimpleNamespace(rank=rank)
+    tensor = torch.zeros(4)
+    p2p._exchange(ctx, mode, 1 - rank, tensor, tensor, round_group)()  # type: ignore[arg-type]
+    assert groups and all(g is round_group for g in groups), groups
+
+
+# -- 9. The sampler keeps the job's GPUs -----------------------------------------------------
+
+
+def test_sampler_keeps_only_the_jobs_gpus() -> None:
+    nvml = FakeNVML.hgx_h100()  # NVML lists all 8, whatever CUDA_VISIBLE_DEVICES says
+    job = ["00000000:2a:00.0", "00000000:db:00.0"]  # the job's ranks, in torch's form
+    rows = _rates(nvml, job)
+    assert [r["source"] for r in rows] == ["gpu1", "gpu7"]
+    assert [r["bus_id"] for r in rows] == ["00000000:2A:00.0", "00000000:DB:00.0"]
+
+
+# -- 10, 11, 12. Compute and DDP feature checks ---------------------------------------------
+
+
+def _cuda_ctx() -> Any:
+    return SimpleNamespace(device=torch.device("cuda", 0), rank=0)
+
+
+def test_float8_needs_n_divisible_by_16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes import compute
+    from gpuprof.probes._harness import Unsupported
+
+    monkeypatch.setattr(compute.torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(compute.torch, "Generator", lambda device: SimpleNamespace(
+        manual_seed=lambda seed: None))  # fmt: skip
+    with pytest.raises(Unsupported, match="divisible by 16"):
+        compute._matmul(_cuda_ctx(), "float8", 1000)
+
+
+def test_tf32_is_restored_after_each_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes import compute
+
+    fake = SimpleNamespace(manual_seed=lambda seed: fake)
+    monkeypatch.setattr(compute.torch, "Generator", lambda device: fake)
+    monkeypatch.setattr(compute.torch, "randn", lambda *a, **k: torch.zeros(2, 2))
+    seen: list[bool] = []
+    monkeypatch.setattr(
+        compute.torch,
+        "matmul",
+        lambda a, b, out: seen.append(torch.backends.cuda.matmul.allow_tf32),
+    )
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        compute._matmul(_cuda_ctx(), "tf32", 2)()
+        assert seen == [True]  # TF32 during the tf32 case's matmul
+        assert torch.backends.cuda.matmul.allow_tf32 is False  # and not after it
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_bf16_autocast_needs_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes import ddp
+    from gpuprof.probes._harness import Unsupported
+    from gpuprof.specs.ddp import DDPParams
+
+    # a pre-Ampere GPU: bf16 only by emulation, which torch counts unless told not to
+    monkeypatch.setattr(
+        ddp.torch.cuda,
+        "is_bf16_supported",
+        lambda including_emulation=True: including_emulation,
+    )
+    with pytest.raises(Unsupported, match="bfloat16"):
+        ddp.DDPBench(_cuda_ctx(), None, DDPParams(hidden=64, layers=1), "amp")  # type: ignore[arg-type]
+
+
+# -- 13. One NCCL communicator bound at init; sub-groups destroyed after each probe ---------
+
+
+def test_init_binds_the_device_and_scopes_are_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes import _harness
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(_harness.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_harness.torch.cuda, "set_device", lambda index: None)
+    monkeypatch.setattr(_harness.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(_harness.dist, "init_process_group", lambda *a, **k: seen.update(k))
+    monkeypatch.setattr(_harness.dist, "get_world_size", lambda: 1)
+    monkeypatch.setattr(_harness.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(_harness, "Watchdog", lambda ctx: None)
+    _harness.init(None, "cuda", 10.0)
+    assert seen["device_id"] == torch.device("cuda", 0)
+
+    destroyed: list[Any] = []
+    monkeypatch.setattr(_harness.dist, "destroy_process_group", destroyed.append)
+    groups = [object(), object()]
+    scopes = [SimpleNamespace(group=g) for g in groups] + [None, SimpleNamespace(group=None)]
+    _harness.release_scopes(scopes)  # type: ignore[arg-type]
+    assert destroyed == groups  # the world group (None) stays
+
+
+# -- 14. An older nvidia-ml-py without the clock-event call ---------------------------------
+
+
+def test_older_nvml_falls_back_to_the_throttle_reasons_call() -> None:
+    nvml = FakeNVML.hgx_h100()
+    nvml.missing = {"nvmlDeviceGetCurrentClocksEventReasons"}
+    nvml.gpus[0].clock_reasons = 0x40
+    with pytest.raises(AttributeError):
+        nvml.nvmlDeviceGetCurrentClocksEventReasons(nvml.gpus[0])
+    rows = _rates(nvml)
+    assert rows[0]["throttled"] is True and rows[1]["throttled"] is False
+
+
+# -- The three preset machines: topology, link classes, NVLink rates, peaks -----------------
+
+
+PRESETS = {
+    # name: (expected matrix rows for GPU 0 and GPU 2, links per GPU, peak model)
+    "hgx-h100": (["X", *["NV18"] * 7], ["NV18", "NV18", "X", *["NV18"] * 5], 18, "H100 SXM"),
+    "a100-pcie-bridged": (
+        ["X", "NV12", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"],
+        ["NODE", "NODE", "X", "NV12", "SYS", "SYS", "SYS", "SYS"],
+        12,
+        "A100 PCIe 80GB",
+    ),
+    "pcie-4gpu": (["X", "PIX", "PHB", "PHB"], ["PHB", "PHB", "X", "PIX"], 0, "L40S"),
+}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_machines(preset: str) -> None:
+    row0, row2, links, model = PRESETS[preset]
+    nvml = FakeNVML.from_spec(preset)
+    topo = gpu_topology(nvml, [])
+    assert topo["matrix"][0] == row0 and topo["matrix"][2] == row2
+    assert all(topo["matrix"][i][i] == "X" for i in range(len(nvml.gpus)))
+    assert "GPU0" in format_topology(topo)
+    # every pair's class, as the p2p table would show it
+    info = {"nodes": [{"host": "h", "topology": topo}]}
+    table = topology_links(info)
+    ranks = [{"host": "h", "pci_bus_id": bus.lower()} for bus in topo["gpus"]]
+    for i, a in enumerate(ranks):
+        for j, b in enumerate(ranks):
+            if i != j:
+                label = topo["matrix"][i][j]
+                expected = "nvlink" if label.startswith("NV") else "pcie"
+                assert link_class(a, b, table) == expected, (i, j, label)
+    rows = _rates(nvml)
+    per_link = nvml.gpus[0].nvlink_kib_per_s * 1024 / 1e9
+    expected_rate = links * per_link if links else None
+    assert rows[0]["nvlink_tx_gbps"] == (pytest.approx(expected_rate) if links else None)
+    peaks = gpu_peaks(nvml.gpus[0].name)
+    assert peaks is not None and peaks.model == model
+
+
+def test_gpu_smoke_checker_reads_a_run_and_keeps_golden_data(
+    two_rank_run: Path, tmp_path: Path
+) -> None:
+    """The GPU smoke script's checker, on the CPU run this machine can make: it reads the
+    run, says the GPU checks do not apply, and keeps a copy without derived files."""
+    shutil.copytree(two_rank_run, tmp_path / "0001_one-gpu")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not a GPU run" in done.stdout and "verdict: every check passed" in done.stdout
+    golden = tmp_path / "golden-gpu"
+    assert (golden / "run.json").is_file() and not list(golden.glob("*.parquet"))
