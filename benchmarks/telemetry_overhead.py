@@ -75,7 +75,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
 def started_sampler(out: Path, hz: float) -> Any:
     """A sampler that has taken its first samples (its start-up is not sampling cost)."""
     proc = sampler.start(out, "bench", hz, stderr=subprocess.DEVNULL)
-    path = sampler.telemetry_path(out, "bench")
+    path = sampler.telemetry_path(out, 0)
     while not (path.exists() and path.stat().st_size) and proc.poll() is None:
         time.sleep(0.05)
     time.sleep(0.2)

@@ -29,14 +29,16 @@ def _out_option(func: Any) -> Any:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gpuprof")
-@click.option("--debug", is_flag=True, help="show tracebacks on errors")
+@click.option("--debug", is_flag=True, help="show tracebacks on errors (any command)")
 def cli(debug: bool) -> None:
     """GPU cluster profiler: collectives, links, ceilings and training micro-benchmarks."""
 
 
 def _launch_options(func: Any) -> Any:
     return stack(
-        click.option("--nodes", default=1, show_default=True, type=int, help="nodes"),
+        click.option(
+            "--nodes", default=1, show_default=True, type=click.IntRange(1, 4096), help="nodes"
+        ),
         click.option("--gpus", type=int, help="ranks per node [default: GPUs, or 2 on CPU]"),
         click.option("--suite", default="quick", show_default=True, type=click.Choice(SUITES)),
         click.option("--device", default="auto", show_default=True, type=click.Choice(DEVICES)),
@@ -64,7 +66,14 @@ def _launch_options(func: Any) -> Any:
         ),
         click.option("--master-addr", help="manual launcher: node 0's address"),
         click.option(
-            "--master-port", type=int, help="rendezvous port [default: 29500, local: free]"
+            "--master-port",
+            type=click.IntRange(1, 65535),
+            help="rendezvous port [default: 29500, local: free]",
+        ),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="allow more CPU ranks per node than 4 per core",
         ),
         click.option(
             "--resume",
@@ -140,10 +149,21 @@ def _sweep(
                 f"preflight failed: {first.get('error')}", "make the nodes match, then run again"
             )
         raise MeasurementError(
-            f"run {result.status}: rank {first.get('rank')} on {first.get('host')}, "
-            f"{first.get('probe')} case {first.get('case_id')}: {first.get('error')}",
+            f"run {result.status}: {_who(first)}{first.get('error') or 'unknown error'}",
             f"completed cases are kept in {result.run_dir}",
         )
+
+
+def _who(failure: dict[str, Any]) -> str:
+    """'rank 1 on host, ddp case default: ' with only the parts that are known."""
+    parts = []
+    if failure.get("rank") is not None:
+        host = f" on {failure['host']}" if failure.get("host") else ""
+        parts.append(f"rank {failure['rank']}{host}")
+    if failure.get("probe"):
+        case = f" case {failure['case_id']}" if failure.get("case_id") else ""
+        parts.append(f"{failure['probe']}{case}")
+    return ", ".join(parts) + ": " if parts else ""
 
 
 @cli.command()
@@ -285,24 +305,37 @@ def env_command(fmt: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured."""
-    args = sys.argv[1:] if argv is None else argv
+    """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured.
+    `--debug` (anywhere on the line) adds the traceback and keeps the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
     try:
         result = cli.main(
             args=args, prog_name="gpuprof", standalone_mode=False, obj={"argv": ["gpuprof", *args]}
         )
     except GpuprofError as exc:
-        if "--debug" in args:
-            raise
-        click.echo(f"gpuprof: error: {exc.one_line()}", err=True)
-        return exc.exit_code
+        return _fail(exc.one_line(), exc.exit_code, debug)
     except click.exceptions.Abort:
         click.echo("gpuprof: interrupted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"gpuprof: error: {exc.format_message()}", err=True)
-        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+        code = 2 if isinstance(exc, click.UsageError) else exc.exit_code
+        return _fail(exc.format_message(), code, debug)
+    except Exception as exc:  # a bug: still one line, the traceback with --debug
+        detail = f"internal error: {type(exc).__name__}: {exc}"
+        hint = "" if debug else " (rerun with --debug for the traceback)"
+        return _fail(detail + hint, 1, debug)
     return result if isinstance(result, int) else 0
+
+
+def _fail(message: str, code: int, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    click.echo(f"gpuprof: error: {message}", err=True)
+    return code
 
 
 if __name__ == "__main__":

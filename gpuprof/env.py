@@ -19,23 +19,47 @@ import psutil
 
 from gpuprof.errors import UsageError
 
+# The environment a run records: only variables known to change performance or the job's
+# shape (an allow-list), never "everything but secrets".
 ENV_PREFIXES = (
-    "NCCL_",
-    "TORCH_",
+    "NCCL_",  # every NCCL knob
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
     "TORCHELASTIC_",
-    "CUDA_",
+    "CUDA_",  # CUDA_VISIBLE_DEVICES, CUDA_DEVICE_MAX_CONNECTIONS, CUDA_LAUNCH_BLOCKING, ...
     "GLOO_",
     "UCX_",
-    "PYTORCH_",
-    "NVIDIA_",
     "OMP_",
     "MKL_",
-    "SLURM_",
-    "PET_",
+    "KMP_",
+    "PET_",  # torchrun's flags as environment
+    "SLURM_JOB_",
+    "SLURM_STEP_",
+    "SLURM_GPUS",
+    "SLURM_CPUS",
+    "SLURM_NTASKS",
+    "GPUPROF_",
 )
-ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "KMP_AFFINITY")
-_SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE)
+ENV_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_NNODES",
+    "SLURM_NODELIST",
+    "NVIDIA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_CPP_LOG_LEVEL",
+    "TORCH_SHOW_CPP_STACKTRACES",
+    "TORCH_CUDA_ARCH_LIST",
+)
+# names that look like credentials keep their name with the value redacted, even when allowed
+_SECRET_RE = re.compile(
+    r"KEY|TOKEN|SECRET|PASS|PWD|CRED|AUTH|COOKIE|PRIVATE|PAT$|_PAT_|CERT|SIGN|SESSION",
+    re.IGNORECASE,
+)
 REDACTED = "<redacted>"
+LAUNCHER_PID_ENV = "GPUPROF_LAUNCHER_PID"  # the launcher that supervises a node's ranks
 
 
 def detect_launcher(environ: Mapping[str, str] | None = None) -> str:

@@ -29,7 +29,7 @@ def _failures(run_dir: Path, supervised: Supervised | None, since_ns: int) -> li
     written = [{k: f.get(k) for k in keep} for f in events["failure"]]
     if not supervised or supervised.returncode == 0:
         return written
-    reason = supervised.reason or f"the launcher exited with {supervised.returncode}"
+    reason = supervised.reason or f"torchrun exited with {supervised.returncode}"
     in_flight = {m["rank"]: m for m in events["in_flight"]}
     silent = [r for r in in_flight if r not in {f["rank"] for f in written}]
     culprits = []
@@ -46,8 +46,9 @@ def _failures(run_dir: Path, supervised: Supervised | None, since_ns: int) -> li
             }
         )
     failures = culprits + written
+    plain = f"{reason}, and no rank recorded why (torchrun's output above says)"
     return failures or [
-        {"rank": None, "host": None, "probe": None, "case_id": None, "error": reason}
+        {"rank": None, "host": None, "probe": None, "case_id": None, "error": plain}
     ]
 
 

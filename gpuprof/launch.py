@@ -60,6 +60,7 @@ class NodeLaunch:
     node_rank: int
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    local: bool = True  # the ranks run on this machine (not srun's remote nodes)
 
     def shell(self) -> str:
         """The command as one shell line (for --dry-run)."""
@@ -186,8 +187,25 @@ def dry_run_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]
     return [node_command(plan, cfg, run_dir=run_dir, out=out).shell()]
 
 
+def check_port_free(port: int) -> None:
+    """A UsageError when this node cannot listen on `port` (the rendezvous would fail)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError as exc:
+            raise UsageError(
+                f"port {port} is not free on this node ({exc.strerror})",
+                "pass another --master-port",
+            ) from None
+
+
 def check_launch(plan: SweepPlan, cfg: LaunchConfig) -> LaunchConfig:
     """Validate the launcher against the plan and the environment; fill in defaults."""
+    # the node that hosts the rendezvous store must be able to listen on its port
+    if cfg.launcher == "local" and cfg.master_port is not None:
+        check_port_free(cfg.master_port)
+    elif cfg.launcher == "slurm" or (cfg.launcher == "manual" and cfg.node_rank == 0):
+        check_port_free(cfg.master_port or DEFAULT_PORT)
     if cfg.launcher == "local" and plan.num_nodes != 1:
         raise UsageError(
             f"--nodes {plan.num_nodes} needs --launcher manual or slurm",

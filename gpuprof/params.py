@@ -7,6 +7,7 @@ JSON, so the rank side measures exactly what the user asked for.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any, TypeVar, cast
 
@@ -28,11 +29,11 @@ class ProbeParams:
             raise UsageError(
                 "iteration counts need warmup >= 0 and 1 <= min-iters <= max-iters", hint
             )
-        if self.budget_s <= 0:
-            raise UsageError("--budget-ms must be positive")
+        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            raise UsageError("--budget-ms must be a positive number")
 
-    def check_world(self, num_nodes: int, gpus_per_node: int) -> None:
-        """Raise a UsageError when these parameters cannot run on this job shape."""
+    def check_job(self, num_nodes: int, gpus_per_node: int, device: str) -> None:
+        """Raise a UsageError when these parameters cannot run on this job (shape, device)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -72,5 +73,38 @@ def ints(text: str) -> tuple[int, ...]:
 
 
 def floats(text: str) -> tuple[float, ...]:
-    """'1,1,2' -> (1.0, 1.0, 2.0)."""
-    return tuple(float(p) for p in csv(text))
+    """'1,1,2' -> (1.0, 1.0, 2.0); nan and inf are refused."""
+    return tuple(finite(float(p)) for p in csv(text))
+
+
+def finite(value: float) -> float:
+    """A finite number (nan and inf are refused)."""
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
+def positive(value: float) -> float:
+    """A finite number above zero."""
+    if not finite(value) > 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def positive_int(value: int) -> int:
+    """A whole number above zero."""
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def non_negative_int(value: int) -> int:
+    """A whole number of zero or more."""
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def ms_to_s(value: float) -> float:
+    """A positive number of milliseconds, in seconds."""
+    return positive(value) / 1e3

@@ -8,6 +8,7 @@ run's plan says what every probe would have measured; `probes` lists those that 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -56,12 +57,14 @@ class SweepPlan:
         check_choices("device", (self.device,), DEVICES)
         check_choices("suite", (self.suite,), SUITES)
         check_choices("probe", self.probes, tuple(specs))
-        if not self.case_timeout_s > 0:
-            raise UsageError("--timeout must be positive")
+        if not (math.isfinite(self.case_timeout_s) and self.case_timeout_s > 0):
+            raise UsageError(
+                f"--timeout must be a positive number of seconds, got {self.case_timeout_s}"
+            )
         if not 0 <= self.telemetry_hz <= 1000:
             raise UsageError(f"--telemetry-hz must be between 0 and 1000, got {self.telemetry_hz}")
         for name in self.probes:
-            self.params[name].check_world(self.num_nodes, self.gpus_per_node)
+            self.params[name].check_job(self.num_nodes, self.gpus_per_node, self.device)
 
     @property
     def world_size(self) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprof.errors import UsageError
-from gpuprof.params import ProbeParams
+from gpuprof.params import ProbeParams, ms_to_s, non_negative_int, positive_int
 
 SUITES = ("quick", "standard", "full")
 DEVICES_MEASURED = ("cpu", "cuda")
@@ -105,17 +105,28 @@ ITERATION_OPTIONS = (
         dest="warmup_iters",
         field="warmup_iters",
         type=int,
+        parse=non_negative_int,
         help="warmup iterations",
     ),
     Option(
-        flag="--min-iters", field="min_iters", type=int, help="fewest timed iterations per case"
+        flag="--min-iters",
+        field="min_iters",
+        type=int,
+        parse=positive_int,
+        help="fewest timed iterations per case",
     ),
-    Option(flag="--max-iters", field="max_iters", type=int, help="most timed iterations per case"),
+    Option(
+        flag="--max-iters",
+        field="max_iters",
+        type=int,
+        parse=positive_int,
+        help="most timed iterations per case",
+    ),
     Option(
         flag="--budget-ms",
         field="budget_s",
         type=float,
-        parse=lambda ms: ms / 1e3,
+        parse=ms_to_s,
         help="time budget per case (iterations adapt)",
     ),
 )

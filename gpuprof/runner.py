@@ -9,6 +9,7 @@ rank 0) finishes the run: consolidates, sets the status and writes the report.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from gpuprof.launch import (
     this_host,
 )
 from gpuprof.plan import SweepPlan, build_plan
+
+CPU_RANKS_PER_CORE = 4  # gloo ranks beyond this only measure the OS scheduler
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +50,7 @@ class SweepRequest:
     master_port: int | None = None
     resume: str | None = None
     report: bool = True
+    force: bool = False  # more CPU ranks per node than CPU_RANKS_PER_CORE per core
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +81,12 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
     device, visible = plan_device(request.device)
     if gpus is None:
         gpus = visible if device == "cuda" else 2
+    cores = os.cpu_count() or 1
+    if device == "cpu" and gpus > CPU_RANKS_PER_CORE * cores and not request.force:
+        raise UsageError(
+            f"--gpus {gpus} CPU ranks on a node with {cores} core(s)",
+            f"use at most {CPU_RANKS_PER_CORE * cores}, or pass --force",
+        )
     if device == "cuda" and gpus > visible and kind != "torchrun":
         raise UsageError(
             f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
@@ -147,15 +157,23 @@ def _home_node(
     """Create the run (or resume one), launch this node's ranks once, supervise, finish."""
     from gpuprof.finish import finish_run
     from gpuprof.store import prepare_resume, start_run
-    from gpuprof.supervise import supervise
+    from gpuprof.supervise import SignalGuard, supervise
 
     if resume is not None:
         run_dir = prepare_resume(resume, request.argv)
     else:
         run_dir = start_run(plan, request.out, request.tag, request.argv, cfg.launcher)
     launch = node_command(plan, cfg, run_dir=run_dir, out=request.out)
-    supervised = supervise(launch, run_dir, plan.case_timeout_s)
-    done = finish_run(run_dir, supervised.returncode, supervised, report=request.report)
+    # the home node is node rank 0, except under Slurm (c10d assigns node ranks)
+    home_rank = None if cfg.launcher == "slurm" else 0
+    guard = SignalGuard()
+    try:
+        supervised = supervise(
+            launch, run_dir, plan.case_timeout_s, node_rank=home_rank, guard=guard
+        )
+        done = finish_run(run_dir, supervised.returncode, supervised, report=request.report)
+    finally:
+        guard.restore()
     return SweepResult(
         run_dir=run_dir,
         status=done.info["status"],
@@ -168,13 +186,17 @@ def _helper_node(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> SweepResult:
     """A node other than node 0: measure, keep a local copy of this node's shards."""
     import tempfile
 
-    from gpuprof.supervise import supervise
+    from gpuprof.supervise import SignalGuard, supervise
 
     out.mkdir(parents=True, exist_ok=True)
+    guard = SignalGuard()
     with tempfile.TemporaryDirectory(prefix="gpuprof-") as tmp:
         handoff = Path(tmp) / "run_dir"
         launch = node_command(plan, cfg, run_dir=None, out=out, handoff=handoff)
-        supervised = supervise(launch, None, plan.case_timeout_s, handoff=handoff)
+        try:
+            supervised = supervise(launch, None, plan.case_timeout_s, handoff=handoff, guard=guard)
+        finally:
+            guard.restore()
     status = "complete" if supervised.returncode == 0 else "failed"
     failures = []
     if status != "complete":

@@ -36,7 +36,7 @@ def slurm_command(plan: SweepPlan, cfg: LaunchConfig, run_dir: Path | None) -> N
         "--kill-on-bad-exit=1",
     ]
     inner = node_launch(plan, 0, rdzv, run_dir=run_dir, home_host=host)
-    return NodeLaunch(node_rank=0, argv=srun + inner.argv, env=inner.env)
+    return NodeLaunch(node_rank=0, argv=srun + inner.argv, env=inner.env, local=False)
 
 
 def slurm_hostnames(nodelist: str) -> list[str]:

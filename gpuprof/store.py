@@ -26,7 +26,7 @@ from gpuprof.records import (
     iter_run_records,
     warn,
 )
-from gpuprof.tables import build_tables, case_key
+from gpuprof.tables import build_tables, case_key, incomplete_cases
 
 RUN_JSON = "run.json"
 PLAN_JSON = "plan.json"
@@ -295,7 +295,22 @@ class Run:
             self._frames[name] = (
                 self._read_parquet(name) if self.consolidated else self._shard_tables()[name]
             )
+            self._say_incomplete(name, self._frames[name])
         return self._frames[name]
+
+    def _say_incomplete(self, name: str, frame: pd.DataFrame) -> None:
+        """A table that lost some rank's rows says so (its summaries use the ranks left)."""
+        if name == "telemetry" or name.endswith("_timeline"):
+            return
+        cases = incomplete_cases(frame)
+        if not cases.empty:
+            first = cases.iloc[0]
+            warn(
+                f"{name}: {len(cases)} case(s) lack some rank's rows (e.g. {first['case_id']} "
+                f"in {first['scope']} n={first['world_size']} has ranks {first['ranks']}): a "
+                "damaged shard, or a rank that died in the case; their summaries use the "
+                "ranks left"
+            )
 
     def _read_parquet(self, name: str) -> pd.DataFrame:
         path = self.path / f"{name}.parquet"

@@ -14,14 +14,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from gpuprof.env import LAUNCHER_PID_ENV
 from gpuprof.launch import NodeLaunch, this_host
 from gpuprof.records import FAILED_FLAG, RANKS_DIR
 from gpuprof.store import RUN_JSON, read_json
 
 PROGRESS_GRACE_S = 30.0  # beyond the per-case timeout, before a silent job counts as hung
 FAILED_GRACE_S = 3.0  # after a rank reports a failure, before the job is stopped
+TORCHRUN_LOG = "torchrun.log"  # in the run folder: everything torchrun printed
 
 
 def _shard_progress(run_dir: Path | None) -> tuple[float, bool]:
@@ -67,17 +69,24 @@ class Supervised:
 
 
 class _RankWatch:
-    """Liveness of this node's ranks, by the pids they recorded in run.json (home node)."""
+    """Liveness of this node's ranks, by the pids they recorded in run.json (home node). A
+    node is its host name and, where known, its node rank (two nodes may share a name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_rank: int | None = None) -> None:
         self.pids: dict[int, int] = {}
+        self.node_rank = node_rank
+
+    def mine(self, rank: dict[str, Any]) -> bool:
+        """Whether a run.json `ranks` entry runs on this node."""
+        same_node = self.node_rank is None or rank.get("node_rank") == self.node_rank
+        return rank.get("host") == this_host() and same_node
 
     def lost(self, run_dir: Path | None) -> dict[int, str]:
         import psutil
 
         if run_dir is not None and not self.pids and (run_dir / RUN_JSON).exists():
             ranks = read_json(run_dir / RUN_JSON).get("ranks") or []
-            self.pids = {r["rank"]: r["pid"] for r in ranks if r.get("host") == this_host()}
+            self.pids = {r["rank"]: r["pid"] for r in ranks if self.mine(r)}
         lost = {}
         for rank, pid in self.pids.items():
             try:
@@ -91,23 +100,82 @@ class _RankWatch:
         return lost
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(Exception):  # noqa: N818 - a signal, like KeyboardInterrupt
+    """A stop signal arrived while the job ran."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class SignalGuard:
+    """SIGINT, SIGTERM and SIGHUP end a running job the same way: while it runs they raise
+    `Interrupted` in the main thread, whatever disposition the process inherited (a process
+    started with SIGINT ignored, as nohup and some CI runners do, would otherwise ignore
+    Ctrl-C); while the run is being finished they are only remembered, so the run is always
+    consolidated and its status written. `restore` puts the previous handlers back."""
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.late: list[str] = []
+
+    def _install(self, handler: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may handle signals
+        for sig in STOP_SIGNALS:
+            old = signal.signal(sig, handler)
+            self.previous.setdefault(sig, old)
+
+    def stop_on_signal(self) -> None:
+        """From now on a stop signal raises Interrupted."""
+
+        def stop(signum: int, frame: Any) -> None:
+            raise Interrupted(signal.Signals(signum).name)
+
+        self._install(stop)
+
+    def defer(self) -> None:
+        """From now on a stop signal is remembered, not obeyed (the run is being finished)."""
+
+        def remember(signum: int, frame: Any) -> None:
+            self.late.append(signal.Signals(signum).name)
+
+        self._install(remember)
+
+    def restore(self) -> None:
+        """The handlers from before."""
+        for sig, old in self.previous.items():
+            signal.signal(sig, old)
+        self.previous.clear()
+
+
 class _RootCause:
-    """Passes torchrun's stderr through and keeps its "Root Cause (first observed failure)":
-    the rank that failed first and its exit code (negative: killed by that signal)."""
+    """Passes torchrun's stderr through (and into `log`), and keeps its "Root Cause (first
+    observed failure)": the rank that failed first and its exit code (negative: killed by that
+    signal). Once `quiet`, lines go to the log only (torchrun's traceback when it is stopped)."""
 
     _FIELD = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)")
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], log: Path | None = None) -> None:
         self.rank: int | None = None
         self.exitcode: int | None = None
+        self.quiet = False
+        self._log = log.open("ab") if log is not None else None
         self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self._thread.start()
 
     def _read(self, stream: IO[bytes]) -> None:
         in_root = False
         for raw in stream:
-            sys.stderr.buffer.write(raw)
-            sys.stderr.flush()
+            if self._log is not None:
+                self._log.write(raw)
+                self._log.flush()
+            if not self.quiet:
+                sys.stderr.buffer.write(raw)
+                sys.stderr.flush()
             line = raw.decode("utf-8", "replace")
             in_root = in_root or "Root Cause" in line
             match = self._FIELD.match(line) if in_root else None
@@ -116,6 +184,8 @@ class _RootCause:
 
     def join(self) -> None:
         self._thread.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
 
     def culprit(self) -> dict[int, str]:
         """{rank: why} when the first failure was not a watchdog exit (3) of a waiting rank."""
@@ -132,25 +202,39 @@ class _RootCause:
 
 
 def supervise(
-    launch: NodeLaunch, run_dir: Path | None, case_timeout_s: float, handoff: Path | None = None
+    launch: NodeLaunch,
+    run_dir: Path | None,
+    case_timeout_s: float,
+    handoff: Path | None = None,
+    node_rank: int | None = None,
+    guard: SignalGuard | None = None,
 ) -> Supervised:
     """Run one node's command and stop it early when it cannot finish: a rank process died
-    (checked every 0.2 s), a rank flagged a failure (its case timed out waiting), or no shard
-    grew for the case timeout plus a grace. The others get a short grace to write theirs."""
+    (checked every 0.2 s), a rank flagged a failure (its case timed out waiting), no shard
+    grew for the case timeout plus a grace, or a stop signal arrived (SIGINT, SIGTERM,
+    SIGHUP with a `guard`). The others get a short grace to write theirs. torchrun's output
+    goes to the terminal and to `<run>/torchrun.log`; once the job is being stopped, to the
+    log only."""
+    log = run_dir / TORCHRUN_LOG if run_dir is not None else None
+    # ranks on this machine watch this process: if it is killed (SIGKILL, the OOM killer),
+    # they exit within seconds instead of running on as orphans
+    watched = {LAUNCHER_PID_ENV: str(os.getpid())} if launch.local else {}
     proc = subprocess.Popen(
         launch.argv,
-        env={**os.environ, **launch.env},
+        env={**os.environ, **launch.env, **watched},
         start_new_session=True,
         stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None
-    root = _RootCause(proc.stderr)
-    watch = _RankWatch()
+    root = _RootCause(proc.stderr, log)
+    watch = _RankWatch(node_rank)
     last, newest_seen = time.monotonic(), 0.0
     trouble_at: float | None = None
     lost: dict[int, str] = {}
     result: Supervised | None = None
     try:
+        if guard is not None:
+            guard.stop_on_signal()
         while proc.poll() is None:
             time.sleep(0.2)
             if run_dir is None and handoff is not None and handoff.exists():
@@ -171,9 +255,15 @@ def supervise(
                 result = Supervised(returncode=3, reason=reason, run_dir=run_dir)
                 break
     except KeyboardInterrupt:
-        result = Supervised(returncode=130, reason="interrupted (Ctrl-C)", run_dir=run_dir)
+        result = Supervised(returncode=3, reason="interrupted (SIGINT)", run_dir=run_dir)
+    except Interrupted as exc:
+        result = Supervised(returncode=3, reason=f"interrupted ({exc.name})", run_dir=run_dir)
+    finally:
+        if guard is not None:
+            guard.defer()  # the job is ending: a further signal must not cut the teardown
     stopped = {r: why for r, why in {**lost, **watch.lost(run_dir)}.items() if "stopped" in why}
     if result is not None:
+        root.quiet = True  # torchrun's traceback from being stopped: the log, not the terminal
         _kill(proc)
     root.join()
     proc.stderr.close()

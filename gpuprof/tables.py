@@ -115,3 +115,14 @@ def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
         if rows:
             frames.append(pd.DataFrame.from_records(rows))
     return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cases some rank of whose group has no rows (a damaged or missing shard line, or a rank
+    that died in the case): case_id, scope, group, world_size and the ranks present."""
+    keys = ["case_id", "scope", "group", "world_size"]
+    if frame.empty or not {*keys, "rank"} <= set(frame.columns):
+        return pd.DataFrame(columns=[*keys, "ranks"])
+    ranks = frame.groupby(keys, dropna=False)["rank"].agg(lambda r: sorted(set(r))).reset_index()
+    ranks = ranks.rename(columns={"rank": "ranks"})
+    return ranks[ranks["ranks"].map(len) < ranks["world_size"]].reset_index(drop=True)

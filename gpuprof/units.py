@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from gpuprof.errors import UsageError
@@ -41,11 +42,18 @@ def format_count(count: float) -> str:
     return f"{count:.0f}"
 
 
+MAX_SIZES = 256  # sizes in one sweep: 8 B to 4 GiB by 2 is 30
+
+
 def parse_size_list(text: str) -> list[int]:
-    """Parse a comma-separated size list such as '1K,1M,64M'."""
-    parts = [p for p in str(text).split(",") if p.strip()]
-    if not parts:
+    """Parse a comma-separated size list such as '1K,1M,64M' (no empty item)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
         raise UsageError("empty size list", "give sizes like 1K,1M,64M")
+    if not all(parts):
+        raise UsageError(f"empty item in the size list {text!r}", "give sizes like 1K,1M,64M")
+    if len(parts) > MAX_SIZES:
+        raise UsageError(f"{len(parts)} sizes; at most {MAX_SIZES}")
     return [parse_size(p) for p in parts]
 
 
@@ -59,8 +67,15 @@ def size_range(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
             f"{format_size(max_bytes)}",
             "swap them",
         )
-    if factor <= 1:
-        raise UsageError(f"--factor must be greater than 1, got {factor}")
+    if not (math.isfinite(factor) and factor > 1):
+        raise UsageError(f"--factor must be a number greater than 1, got {factor}")
+    count = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+    if count > MAX_SIZES:
+        raise UsageError(
+            f"--factor {factor} from {format_size(min_bytes)} to {format_size(max_bytes)} "
+            f"makes {count} sizes; at most {MAX_SIZES}",
+            "use a larger --factor or a narrower range",
+        )
     sizes: list[int] = []
     size = float(min_bytes)
     while size <= max_bytes:

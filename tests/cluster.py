@@ -35,6 +35,7 @@ class Cluster:
     def __init__(self, prefix: str, nodes: int, mesh: bool = False) -> None:
         self.prefix, self.nodes, self.mesh = prefix, nodes, mesh
         self.env = {**os.environ, "GPNS_PREFIX": prefix}
+        self.host_name: str | None = None  # one name for every node (cloned VMs), else node<k>
 
     def script(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -50,7 +51,7 @@ class Cluster:
         return {
             **self.env,
             "GLOO_SOCKET_IFNAME": iface,
-            "GPUPROF_HOST": f"node{node}",
+            "GPUPROF_HOST": self.host_name or f"node{node}",
             "OMP_NUM_THREADS": "1",
         }
 

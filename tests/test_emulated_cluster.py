@@ -241,3 +241,31 @@ def test_ddp_advice_names_the_slow_inter_node_link(tmp_path: Path) -> None:
             ]
         ].to_string()
     )
+
+
+def test_two_nodes_with_one_host_name(tmp_path: Path) -> None:
+    """Cloned VMs: both nodes call themselves `twin`. Each node keeps its own telemetry file
+    (keyed by node rank), the records tell the nodes apart, and pairs across them are
+    network pairs."""
+    with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:
+        cluster.host_name = "twin"
+        codes = manual_sweep(
+            cluster,
+            tmp_path,
+            ["--probes", "p2p", "--p2p-bytes", "1M", "--p2p-modes", "uni", "--budget-ms", "5",
+             "--min-iters", "3", "--warmup", "1"],
+            gpus=1,
+        )  # fmt: skip
+    assert codes == [0, 0], logs(tmp_path, 2)
+    run = open_run("latest", tmp_path / "n0")
+    assert run.status == "complete"
+    assert sorted(p.name for p in (run.path / "telemetry").iterdir()) == [
+        "node-0.jsonl",
+        "node-1.jsonl",
+    ]
+    telemetry = run.table("telemetry")
+    assert set(telemetry["node_rank"]) == {0, 1}
+    assert set(telemetry["host"]) == {"twin-n0", "twin-n1"}
+    assert [n["host"] for n in run.info["nodes"]] == ["twin", "twin"]  # the real names kept
+    pairs = summarize_run(run, "p2p")
+    assert set(pairs["link_class"]) == {"network"}

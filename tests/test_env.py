@@ -36,16 +36,28 @@ def test_captured_env_allow_list_and_redaction() -> None:
             "HOME": "/root",
             "PATH": "/bin",
             "NCCL_IB_PASSWORD": "hunter2",
-            "TORCH_API_TOKEN": "abc",
+            "TORCH_NCCL_API_TOKEN": "abc",
             "MASTER_ADDR": "10.0.0.1",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            # not known to matter for performance: not recorded at all, secret or not
+            "TORCH_HUB_PAT": "ghp_secret",
+            "NVIDIA_API_PASS": "secret",
+            "TORCH_HOME": "/cache",
+            "AWS_SECRET_ACCESS_KEY": "secret",
+            # allowed prefixes, secret-looking names: the name is kept, the value is not
+            "NCCL_SOME_PAT": "x",
+            "GLOO_SIGNING_CERT": "y",
         }
     )
     assert kept == {
-        "NCCL_ALGO": "Ring",
-        "OMP_NUM_THREADS": "4",
-        "NCCL_IB_PASSWORD": REDACTED,
-        "TORCH_API_TOKEN": REDACTED,
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "GLOO_SIGNING_CERT": REDACTED,
         "MASTER_ADDR": "10.0.0.1",
+        "NCCL_ALGO": "Ring",
+        "NCCL_IB_PASSWORD": REDACTED,
+        "NCCL_SOME_PAT": REDACTED,
+        "OMP_NUM_THREADS": "4",
+        "TORCH_NCCL_API_TOKEN": REDACTED,
     }
 
 

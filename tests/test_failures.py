@@ -19,7 +19,9 @@ from gpuprof.records import iter_run_records
 TIMEOUT_S = 8
 
 
-def start(out: Path, *extra: str) -> subprocess.Popen[str]:
+def start(out: Path, *extra: str, ignore_sigint: bool = False) -> subprocess.Popen[str]:
+    """A 2-rank sweep in its own session. `ignore_sigint`: started as nohup and some CI
+    runners start processes, with SIGINT ignored (inherited across exec)."""
     argv = [
         sys.executable,
         "-m",
@@ -41,9 +43,31 @@ def start(out: Path, *extra: str) -> subprocess.Popen[str]:
         "1",
         *extra,
     ]
+    if ignore_sigint:  # the shell ignores SIGINT, and exec keeps it ignored
+        argv = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+
+
+def processes_of(run_dir: Path) -> list[str]:
+    """Command lines of the processes still working on this run (torchrun, ranks, sampler)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if str(run_dir) in line:
+            found.append(line)
+    return found
+
+
+def wait_until_gone(run_dir: Path, seconds: float = 20.0) -> list[str]:
+    """Wait (bounded) until no process works on `run_dir`; what is left."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_of(run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def completed_cases(run_dir: Path) -> set[str]:
@@ -102,17 +126,46 @@ def test_lost_rank_ends_the_sweep_and_keeps_every_completed_case(
     assert "Failure:" in html and "rank 1" in html
 
 
-def test_ctrl_c_keeps_what_completed(tmp_path: Path) -> None:
-    proc = start(tmp_path)
-    run_dir, _ = wait_for_cases(tmp_path, 3, proc)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+SIGNAL_TRIALS = 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(SIGNAL_TRIALS))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=str)
+def test_a_stop_signal_ends_the_run_cleanly(
+    tmp_path: Path, sig: signal.Signals, trial: int
+) -> None:
+    """SIGINT (Ctrl-C), SIGTERM (Slurm's time limit, timeout, Kubernetes) and SIGHUP at a
+    point of the sweep that differs per trial: exit 3 with one line, run partial with the
+    reason, completed cases kept, a report, nothing left running. SIGINT is sent to a
+    launcher started with SIGINT ignored, the way a Ctrl-C was once lost in CI."""
+    proc = start(tmp_path, ignore_sigint=sig == signal.SIGINT)
+    run_dir, _ = wait_for_cases(tmp_path, 1 + trial % 4, proc)
+    time.sleep(0.05 * trial)  # inside a case, between cases: a different point each trial
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=90)
     assert proc.returncode == 3, err
+    lines = [line for line in err.splitlines() if line.startswith("gpuprof: error:")]
+    assert len(lines) == 1 and f"interrupted ({sig.name})" in lines[0], err[-2000:]
+    assert "Traceback" not in err  # torchrun's, when stopped, goes to the run's log
+    assert (run_dir / "torchrun.log").exists()
     run = open_run(run_dir)
     assert run.info["status"] == "partial"
-    assert "interrupted" in run.info["failures"][0]["error"]
+    assert f"interrupted ({sig.name})" in run.info["failures"][0]["error"]
     assert completed_cases(run_dir) <= set(run.table("collectives")["case_id"])
     assert (run_dir / "report.html").exists()
+    assert wait_until_gone(run_dir) == []
+
+
+@pytest.mark.slow
+def test_ranks_do_not_outlive_a_killed_launcher(tmp_path: Path) -> None:
+    """SIGKILL (or the OOM killer) on the launcher: torchrun and the ranks notice and exit
+    within seconds instead of running on as orphans."""
+    proc = start(tmp_path)
+    run_dir, _ = wait_for_cases(tmp_path, 1, proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert wait_until_gone(run_dir, 30.0) == []
 
 
 @pytest.mark.slow

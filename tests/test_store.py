@@ -1,7 +1,11 @@
 """The run format: folders, shards, consolidation, open_run (the run format in the README)."""
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,8 @@ from gpuprof.errors import GpuprofError, RunNotFoundError, UsageError
 from gpuprof.records import CaseRecord, ShardWriter, Where, phase_marker, read_shard, shard_path
 from gpuprof.store import RUN_JSON, create_run_dir, resolve_run, update_run_json
 from gpuprof.tables import consolidate
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _where(rank: int) -> Where:
@@ -173,3 +179,63 @@ def test_run_json_is_valid_json_after_update(tmp_path: Path) -> None:
     run_dir = _write_run(tmp_path)
     update_run_json(run_dir, status="partial")
     assert json.loads((run_dir / RUN_JSON).read_text())["status"] == "partial"
+
+
+def test_a_table_that_lost_a_ranks_rows_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _write_run(tmp_path)
+    shard_path(run_dir, 0).write_text("")  # rank 0's shard emptied
+    frame = open_run(run_dir).table("collectives")
+    assert set(frame["rank"]) == {1}  # what is left, not recomputed or relabelled
+    err = capsys.readouterr().err
+    assert "collectives: 1 case(s) lack some rank's rows" in err and "ranks [1]" in err
+
+
+def test_a_truncated_parquet_is_named_in_one_line(tmp_path: Path) -> None:
+    run_dir = _write_run(tmp_path)
+    consolidate(run_dir)
+    update_run_json(run_dir, tables=["collectives"])
+    table = run_dir / "collectives.parquet"
+    table.write_bytes(table.read_bytes()[:100])
+    with pytest.raises(GpuprofError, match=re.escape(f"cannot read {table}")) as info:
+        open_run(run_dir).table("collectives")
+    assert "gpuprof consolidate" in info.value.one_line()
+
+
+SETPRIV = shutil.which("setpriv")
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or SETPRIV is None, reason="needs root and setpriv (util-linux)"
+)
+def test_reading_a_read_only_run_for_real(two_rank_run: Path, tmp_path: Path) -> None:
+    """Write permission dropped for real: the files are read-only and the reader runs without
+    CAP_DAC_OVERRIDE (root would otherwise write anyway). show and report still work."""
+    runs = {"finished": tmp_path / "finished", "golden": tmp_path / "golden"}
+    shutil.copytree(two_rank_run, runs["finished"])
+    shutil.copytree(ROOT / "tests" / "data" / "p2p-mesh-slow-link", runs["golden"])
+    for run in runs.values():
+        subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
+    try:
+        drop = [str(SETPRIV), "--bounding-set=-dac_override,-dac_read_search"]
+        gp = [sys.executable, "-m", "gpuprof"]
+        for run, table in ((runs["finished"], "collectives"), (runs["golden"], "p2p")):
+            show = subprocess.run(
+                [*drop, *gp, "show", str(run), "--table", table, "--format", "json"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert show.returncode == 0, show.stderr
+            assert json.loads(show.stdout)
+            report = subprocess.run(
+                [*drop, *gp, "report", str(run), "-o", str(tmp_path / f"{run.name}.html")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert report.returncode == 0, report.stderr
+    finally:
+        for run in runs.values():
+            subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)

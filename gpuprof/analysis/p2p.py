@@ -36,8 +36,8 @@ def topology_links(info: dict[str, Any]) -> dict[tuple[str, str, str], str]:
 
 def link_class(a: dict[str, Any], b: dict[str, Any], links: dict[tuple[str, str, str], str]) -> str:
     """The class of the link between two ranks (run.json `ranks` entries)."""
-    if a.get("host") != b.get("host"):
-        return "network"
+    if a.get("host") != b.get("host") or a.get("node_rank") != b.get("node_rank"):
+        return "network"  # node rank too: two nodes may share a host name
     # bus ids in one form: ranks wrote torch's (lower case in older runs), NVML upper case
     buses = (normalize_bus_id(a.get("pci_bus_id", "")), normalize_bus_id(b.get("pci_bus_id", "")))
     label = links.get((a["host"], *buses))
@@ -71,8 +71,14 @@ def summarize_p2p(frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
     hosts = frame.groupby("rank")["host"].first().to_dict()
     links = topology_links(info)
 
+    nodes = frame.groupby("rank")["node_rank"].first().to_dict() if "node_rank" in frame else {}
+
     def who(rank: int) -> dict[str, Any]:
-        return ranks.get(rank) or {"rank": rank, "host": hosts.get(rank)}
+        return ranks.get(rank) or {
+            "rank": rank,
+            "host": hosts.get(rank),
+            "node_rank": nodes.get(rank),
+        }
 
     summary["host_a"] = [who(a).get("host") for a in summary["rank_a"]]
     summary["host_b"] = [who(b).get("host") for b in summary["rank_b"]]

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ def describe_job(
 def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
     """Run every probe of the plan on this rank (after the preflight checks pass)."""
     problems, ranks = describe_job(ctx, plan, run_dir)
+    _label_shared_hosts(ctx, ranks)
     if problems:
         if ctx.rank == ctx.home_rank:
             ctx.writer.write(
@@ -88,14 +90,23 @@ def execute(ctx: Context, plan: SweepPlan, run_dir: Path) -> None:
         ctx.shipper.ship()  # the telemetry written after the last scope
 
 
+def _label_shared_hosts(ctx: Context, ranks: list[dict[str, Any]]) -> None:
+    """Nodes that share a host name (cloned VMs, containers) get `<name>-n<node rank>` as
+    their label in every record, so tables, telemetry and p2p classes keep them apart;
+    run.json keeps the real names with each node's rank."""
+    names = {int(r["node_rank"]): str(r["host"]) for r in ranks}
+    if len(set(names.values())) < len(names):
+        ctx.host = f"{names[ctx.node_rank]}-n{ctx.node_rank}"
+
+
 def _start_telemetry(
     ctx: Context, plan: SweepPlan, run_dir: Path, bus_ids: list[str] | None
 ) -> Any:
     """Local rank 0 starts its node's sampler before the first probe (and ships its file)."""
     if plan.telemetry_hz <= 0 or ctx.local_rank != 0:
         return None
-    path = telemetry.telemetry_path(run_dir, ctx.host)
-    proc = telemetry.start(run_dir, ctx.host, plan.telemetry_hz, bus_ids)
+    path = telemetry.telemetry_path(run_dir, ctx.node_rank)
+    proc = telemetry.start(run_dir, ctx.host, plan.telemetry_hz, bus_ids, ctx.node_rank)
     if ctx.shipper is not None:
         ctx.shipper.add(path)
     deadline = time.monotonic() + 10
@@ -143,6 +154,31 @@ def join_job(
     return plan, run_dir
 
 
+LAUNCHER_CHECK_S = 1.0
+
+
+def watch_launcher(pid: int, rank: int) -> None:
+    """End this rank (exit 4) soon after the launcher that supervises it is gone (killed by
+    SIGKILL or the OOM killer): torchrun then ends too, so nothing runs on as an orphan."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(LAUNCHER_CHECK_S)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                print(
+                    f"gpuprof: rank {rank}: the launcher (pid {pid}) is gone; stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(4)
+            except PermissionError:
+                continue  # alive, another user's pid
+
+    threading.Thread(target=loop, name="gpuprof-launcher-watch", daemon=True).start()
+
+
 def worker_main(argv: list[str] | None = None) -> None:
     """The process every launcher starts on every rank."""
     parser = argparse.ArgumentParser(prog="gpuprof.probes.sweep")
@@ -155,6 +191,8 @@ def worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     ctx = init(None, args.device, args.timeout)
+    if os.environ.get(gpuenv.LAUNCHER_PID_ENV):
+        watch_launcher(int(os.environ[gpuenv.LAUNCHER_PID_ENV]), ctx.rank)
     capable = args.home or (args.home_host is not None and ctx.host == args.home_host)
     plan, run_dir = join_job(
         ctx, run_dir=args.run_dir, out=args.out, home_capable=capable, handoff=args.handoff

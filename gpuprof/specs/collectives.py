@@ -11,7 +11,7 @@ from gpuprof.errors import UsageError
 from gpuprof.groups import SCOPES
 from gpuprof.params import ProbeParams, check_choices, csv
 from gpuprof.registry import Metric, Option, ProbeSpec
-from gpuprof.units import parse_size, parse_size_list, size_range
+from gpuprof.units import format_size, parse_size, parse_size_list, size_range
 
 OPS = (
     "all_reduce",
@@ -53,6 +53,23 @@ class CollectivesParams(ProbeParams):
             raise UsageError("sizes must be positive", "e.g. --sizes 1K,1M,64M")
         self._check_iterations("check --warmup, --min-iters and --max-iters")
 
+    def check_job(self, num_nodes: int, gpus_per_node: int, device: str) -> None:
+        """On CPU every rank of a node holds an input and an output buffer of the largest
+        size in host memory (plus a copy to check against): refuse what cannot fit."""
+        if device != "cpu":
+            return
+        import psutil
+
+        need = 3 * max(self.sizes) * gpus_per_node
+        have = psutil.virtual_memory().total
+        if need > have:
+            raise UsageError(
+                f"the largest size {format_size(max(self.sizes))} needs about "
+                f"{format_size(need)} of host memory for {gpus_per_node} CPU ranks; this node "
+                f"has {format_size(have)}",
+                "use a smaller --max-bytes",
+            )
+
 
 def suite_collectives(suite: str, device: str) -> CollectivesParams:
     """The collectives parameters of a suite; GPUs get larger sizes than CPU/gloo."""
@@ -92,7 +109,7 @@ def _sizes(base: ProbeParams, opts: Mapping[str, Any]) -> dict[str, Any]:
     low = parse_size(opts["min_bytes"]) if opts.get("min_bytes") is not None else min(base.sizes)
     high = parse_size(opts["max_bytes"]) if opts.get("max_bytes") is not None else max(base.sizes)
     factor = opts.get("factor")
-    return {"sizes": tuple(size_range(low, high, 2.0 if factor is None else factor))}
+    return {"sizes": tuple(size_range(low, high, 2.0 if factor is None else float(factor)))}
 
 
 _KEYS = ("op", "dtype", "redop", "size_bytes", "in_place", "scope", "group", "world_size")

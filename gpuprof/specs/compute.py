@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuprof.params import csv
+from gpuprof.params import csv, positive_int
 from gpuprof.registry import Metric, Option, ProbeSpec
 from gpuprof.specs.ceilings import COMPUTE_DTYPES, DEVICE_KEYS, CeilingParams
 
@@ -23,7 +23,13 @@ SPEC = ProbeSpec(
     params=CeilingParams,
     suite=suite_compute,
     options=(
-        Option(flag="--matmul-n", field="n", type=int, help="compute: matrix size n (n x n x n)"),
+        Option(
+            flag="--matmul-n",
+            field="n",
+            type=int,
+            parse=positive_int,
+            help="compute: matrix size n (n x n x n)",
+        ),
         Option(
             flag="--matmul-dtypes",
             field="dtypes",

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuprof.errors import UsageError
 from gpuprof.groups import GroupSpec, scope_groups
-from gpuprof.params import ProbeParams, csv
+from gpuprof.params import ProbeParams, csv, positive_int
 from gpuprof.registry import Metric, Option, ProbeSpec
 from gpuprof.units import parse_count
 
@@ -163,12 +163,30 @@ SPEC = ProbeSpec(
             parse=parse_count,
             help="ddp: synthetic model size, e.g. 10M, 350M, 1.3B",
         ),
-        Option(flag="--hidden", field="hidden", type=int, help="ddp: hidden size (multiple of 64)"),
-        Option(flag="--layers", field="layers", type=int, help="ddp: transformer blocks"),
         Option(
-            flag="--batch", field="batch", type=int, help="ddp: sequences per rank per micro-batch"
+            flag="--hidden",
+            field="hidden",
+            type=int,
+            parse=positive_int,
+            help="ddp: hidden size (multiple of 64)",
         ),
-        Option(flag="--seq", field="seq", type=int, help="ddp: tokens per sequence"),
+        Option(
+            flag="--layers",
+            field="layers",
+            type=int,
+            parse=positive_int,
+            help="ddp: transformer blocks",
+        ),
+        Option(
+            flag="--batch",
+            field="batch",
+            type=int,
+            parse=positive_int,
+            help="ddp: sequences per rank per micro-batch",
+        ),
+        Option(
+            flag="--seq", field="seq", type=int, parse=positive_int, help="ddp: tokens per sequence"
+        ),
         Option(
             flag="--ddp-variants",
             field="variants",

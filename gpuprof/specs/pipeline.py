@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuprof.errors import UsageError
-from gpuprof.params import ProbeParams, check_choices, csv, floats, ints
+from gpuprof.params import ProbeParams, check_choices, csv, floats, ints, positive_int
 from gpuprof.registry import Metric, Option, ProbeSpec
 
 PIPELINE_SCHEDULES = (
@@ -57,7 +57,7 @@ class PipelineParams(ProbeParams):
             raise UsageError("--stage-weights must be positive, e.g. 1,1,2,1")
         self._check_iterations()
 
-    def check_world(self, num_nodes: int, gpus_per_node: int) -> None:
+    def check_job(self, num_nodes: int, gpus_per_node: int, device: str) -> None:
         """One stage weight per rank (pipeline stage), when weights are given."""
         stages = num_nodes * gpus_per_node
         if self.stage_weights and len(self.stage_weights) != stages:
@@ -104,20 +104,34 @@ SPEC = ProbeSpec(
             parse=ints,
             help="pipeline: micro-batch counts, e.g. 4,8,16",
         ),
-        Option(flag="--pp-hidden", field="hidden", type=int, help="pipeline: layer width"),
+        Option(
+            flag="--pp-hidden",
+            field="hidden",
+            type=int,
+            parse=positive_int,
+            help="pipeline: layer width",
+        ),
         Option(
             flag="--stage-layers",
             field="stage_layers",
             type=int,
+            parse=positive_int,
             help="pipeline: Linear+GELU layers per stage",
         ),
         Option(
             flag="--chunks",
             field="chunks",
             type=int,
+            parse=positive_int,
             help="pipeline: chunks per rank (interleaved, V)",
         ),
-        Option(flag="--mb-rows", field="mb_rows", type=int, help="pipeline: rows per micro-batch"),
+        Option(
+            flag="--mb-rows",
+            field="mb_rows",
+            type=int,
+            parse=positive_int,
+            help="pipeline: rows per micro-batch",
+        ),
         Option(
             flag="--stage-weights",
             field="stage_weights",

@@ -1,8 +1,9 @@
 """One telemetry sampler per node: host counters and (where NVML works) every GPU, at a fixed
 rate on the wall clock the probes' phase markers use, appended to
-`telemetry/node-<host>.jsonl` in the run folder (flushed about once a second).
+`telemetry/node-<node rank>.jsonl` in the run folder (flushed about once a second). Files are
+keyed by node rank, not host name: two nodes may share a name (cloned VMs, containers).
 
-    python -m gpuprof.telemetry.sampler --out RUN/telemetry/node-HOST.jsonl --hz 10 --host HOST
+    python -m gpuprof.telemetry.sampler --out RUN/telemetry/node-0.jsonl --hz 10 --host HOST
         [--gpus BUS_ID,BUS_ID,...]   (only the job's GPUs; NVML lists every GPU of the machine)
 
 It runs until SIGTERM (or SIGINT), then flushes and exits 0. Without NVML it samples the host
@@ -26,9 +27,9 @@ from gpuprof.telemetry.host import HostSampler
 TELEMETRY_DIR = "telemetry"
 
 
-def telemetry_path(run_dir: Path, host: str) -> Path:
-    """Where the sampler of `host` writes."""
-    return run_dir / TELEMETRY_DIR / f"node-{host}.jsonl"
+def telemetry_path(run_dir: Path, node_rank: int) -> Path:
+    """Where the sampler of node `node_rank` writes."""
+    return run_dir / TELEMETRY_DIR / f"node-{node_rank}.jsonl"
 
 
 def open_nvml() -> tuple[Any, str | None]:
@@ -49,10 +50,13 @@ def open_nvml() -> tuple[Any, str | None]:
 class Sampler:
     """Takes one sample of everything this node has."""
 
-    def __init__(self, host: str, nvml: Any, bus_ids: list[str] | None = None) -> None:
+    def __init__(
+        self, host: str, nvml: Any, bus_ids: list[str] | None = None, node_rank: int = 0
+    ) -> None:
         from gpuprof.telemetry.nvml import GpuSampler
 
         self.host = host
+        self.node_rank = node_rank
         self.host_sampler = HostSampler()
         self.gpu_sampler = GpuSampler(nvml, bus_ids) if nvml is not None else None
 
@@ -61,7 +65,9 @@ class Sampler:
         rows = self.host_sampler.sample(t_ns)
         if self.gpu_sampler is not None:
             rows += self.gpu_sampler.sample(t_ns)
-        return [{"t_ns": t_ns, "host": self.host, **row} for row in rows]
+        return [
+            {"t_ns": t_ns, "host": self.host, "node_rank": self.node_rank, **row} for row in rows
+        ]
 
 
 def run(
@@ -70,6 +76,7 @@ def run(
     host: str,
     duration_s: float | None = None,
     bus_ids: list[str] | None = None,
+    node_rank: int = 0,
 ) -> int:
     """Sample until SIGTERM/SIGINT (or `duration_s`); returns the number of samples taken."""
     nvml, why = open_nvml()
@@ -79,7 +86,7 @@ def run(
             file=sys.stderr,
             flush=True,
         )
-    sampler = Sampler(host, nvml, bus_ids)
+    sampler = Sampler(host, nvml, bus_ids, node_rank)
     stop = {"now": False}
 
     def halt(*_: Any) -> None:
@@ -111,7 +118,12 @@ def _write(handle: IO[str], rows: list[dict[str, Any]]) -> None:
 
 
 def start(
-    run_dir: Path, host: str, hz: float, bus_ids: list[str] | None = None, **popen: Any
+    run_dir: Path,
+    host: str,
+    hz: float,
+    bus_ids: list[str] | None = None,
+    node_rank: int = 0,
+    **popen: Any,
 ) -> subprocess.Popen[bytes]:
     """Start this node's sampler as a child process (GPUs: the job's `bus_ids`, else all)."""
     argv = [
@@ -119,11 +131,13 @@ def start(
         "-m",
         "gpuprof.telemetry.sampler",
         "--out",
-        str(telemetry_path(run_dir, host)),
+        str(telemetry_path(run_dir, node_rank)),
         "--hz",
         f"{hz:g}",
         "--host",
         host,
+        "--node-rank",
+        str(node_rank),
     ]
     if bus_ids:
         argv += ["--gpus", ",".join(bus_ids)]
@@ -146,9 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", required=True)
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
     parser.add_argument("--gpus", help="PCI bus ids of the GPUs to sample (default: all)")
+    parser.add_argument("--node-rank", type=int, default=0)
     args = parser.parse_args(argv)
     buses = [b for b in args.gpus.split(",") if b] if args.gpus else None
-    run(args.out, args.hz, args.host, args.duration, buses)
+    run(args.out, args.hz, args.host, args.duration, buses, args.node_rank)
 
 
 if __name__ == "__main__":
