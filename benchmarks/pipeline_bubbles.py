@@ -46,6 +46,8 @@ def measure(out: str, args: argparse.Namespace, *extra: str) -> object:
         str(args.stage_layers),
         "--budget-ms",
         args.budget_ms,
+        "--micro-batches",
+        ",".join(str(f * args.gpus) for f in (1, 2, 4)),
         *extra,
     ]
     print("$", " ".join(cmd[2:]), flush=True)

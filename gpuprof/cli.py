@@ -130,6 +130,8 @@ def _sweep(
         return
     if result.silent:
         return
+    if result.overrun:
+        click.echo(f"gpuprof: note: {result.overrun}", err=True)
     if not result.home:
         click.echo(
             f"node {request.node_rank}: {result.status}; this node's shards are in "

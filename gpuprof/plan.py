@@ -102,6 +102,19 @@ class SweepPlan:
         return replace(self, device=device)
 
 
+def estimates(plan: SweepPlan) -> list[registry.Estimate]:
+    """Each probe's cases and estimated seconds in this plan's job."""
+    return [
+        registry.estimate(registry.get(name), plan.params[name], plan.num_nodes, plan.gpus_per_node)
+        for name in plan.probes
+    ]
+
+
+def estimated_seconds(plan: SweepPlan) -> float:
+    """The whole sweep: every probe's estimate plus launching and reporting."""
+    return registry.JOB_OVERHEAD_S + sum(e.seconds for e in estimates(plan))
+
+
 def build_plan(
     probes: tuple[str, ...],
     opts: Mapping[str, Any],

@@ -84,6 +84,10 @@ class ProbeSpec:
     options: tuple[Option, ...] = ()
     # options without a `field`: (suite parameters, raw option values) -> field changes
     adjust: Callable[[ProbeParams, Mapping[str, Any]], dict[str, Any]] | None = None
+    # how many cases a job of num_nodes x gpus_per_node runs one after another, and what a
+    # case costs beyond its time budget (setup, warmup, check: measured on 2 CPU ranks here)
+    count_cases: Callable[[ProbeParams, int, int], int]
+    case_overhead_s: float
     rank_module: str  # the rank side: a module with run(ctx, params, num_nodes, gpus_per_node)
     summarize: str  # "module:function", (run) -> one summary row per case (`gpuprof show`)
     columns: tuple[tuple[str, str], ...]  # (summary column, terminal title)
@@ -199,3 +203,24 @@ def option_names() -> tuple[str, ...]:
     """The keyword names of every probe option and the iteration options."""
     own = [o.name for s in specs().values() for o in s.options]
     return (*own, *(o.name for o in ITERATION_OPTIONS))
+
+
+JOB_OVERHEAD_S = 10.0  # launch, rendezvous, describing the job, the report (2 CPU ranks here)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """What a probe will run in a job: cases one after another, and about how long."""
+
+    probe: str
+    cases: int
+    seconds: float
+
+
+def estimate(spec: ProbeSpec, params: ProbeParams, num_nodes: int, gpus_per_node: int) -> Estimate:
+    """Cases x (time budget + the probe's per-case overhead). A lower bound where a case's
+    minimum iterations outlast its budget (large sizes over a slow link)."""
+    cases = spec.count_cases(params, num_nodes, gpus_per_node)
+    return Estimate(
+        probe=spec.name, cases=cases, seconds=cases * (params.budget_s + spec.case_overhead_s)
+    )

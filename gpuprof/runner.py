@@ -10,6 +10,7 @@ rank 0) finishes the run: consolidates, sets the status and writes the report.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class SweepResult:
     report: Path | None
     home: bool = True
     note: str | None = None  # said instead of measuring (a resumed run that is complete)
+    overrun: str | None = None  # the sweep took much longer than estimated
     silent: bool = False  # a rank torchrun started that does not hold the run: nothing to say
 
 
@@ -122,7 +124,21 @@ def dry_run(request: SweepRequest) -> list[str]:
         raise UsageError("--dry-run under torchrun: this process is already a rank")
     plan = plan_for(request, kind)
     check_out_dir(request.out)
-    return dry_run_commands(plan, check_launch(plan, _config(request, kind)), request.out)
+    commands = dry_run_commands(plan, check_launch(plan, _config(request, kind)), request.out)
+    return [*estimate_lines(plan), *commands]
+
+
+def estimate_lines(plan: SweepPlan) -> list[str]:
+    """What the plan runs and about how long, as comment lines."""
+    from gpuprof.plan import estimated_seconds, estimates
+
+    lines = [f"# {e.probe}: {e.cases} cases, about {e.seconds:.0f} s" for e in estimates(plan)]
+    lines.append(
+        f"# in all about {estimated_seconds(plan):.0f} s on {plan.num_nodes} x "
+        f"{plan.gpus_per_node} ranks (time budgets + per-case overheads measured on CPU ranks, "
+        "+ launch and report; more where a case's minimum iterations outlast its budget)"
+    )
+    return lines
 
 
 def sweep(request: SweepRequest) -> SweepResult:
@@ -167,6 +183,7 @@ def _home_node(
     # the home node is node rank 0, except under Slurm (c10d assigns node ranks)
     home_rank = None if cfg.launcher == "slurm" else 0
     guard = SignalGuard()
+    started = time.monotonic()
     try:
         supervised = supervise(
             launch, run_dir, plan.case_timeout_s, node_rank=home_rank, guard=guard
@@ -179,6 +196,23 @@ def _home_node(
         status=done.info["status"],
         failures=done.info["failures"],
         report=done.report,
+        overrun=_overrun(plan, time.monotonic() - started),
+    )
+
+
+OVERRUN_FACTOR = 1.5
+
+
+def _overrun(plan: SweepPlan, took_s: float) -> str | None:
+    """A line when the sweep took much longer than estimated (say so: the user planned on it)."""
+    from gpuprof.plan import estimated_seconds
+
+    estimate = estimated_seconds(plan)
+    if took_s <= OVERRUN_FACTOR * estimate:
+        return None
+    return (
+        f"the sweep took {took_s:.0f} s, {took_s / estimate:.1f}x the estimated {estimate:.0f} s "
+        "(cases outlasting their budget: a slow link or large sizes; see --dry-run)"
     )
 
 

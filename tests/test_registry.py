@@ -9,6 +9,7 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,29 @@ def test_every_probe_module_has_a_torchrun_main(name: str) -> None:
     assert "--budget-ms" in done.stdout
     for option in registry.get(name).options:
         assert option.flag in done.stdout
+
+
+def test_case_counts_match_a_real_run(two_rank_run: Path) -> None:
+    """The estimate's case counts are the cases a real 2-rank run recorded (one node, so no
+    two groups of one scope ran at the same time)."""
+    from gpuprof import open_run
+    from gpuprof.plan import estimates
+    from gpuprof.store import read_json
+
+    run = open_run(two_rank_run)
+    plan = SweepPlan.from_dict(read_json(run.path / "plan.json"))
+    for estimate in estimates(plan):
+        table = run.table(estimate.probe)
+        recorded = len(table.groupby(["scope", "world_size", "group", "case_id"]))
+        skipped = [s for s in run.info.get("skipped", []) if s["probe"] == estimate.probe]
+        assert estimate.cases == recorded + len(skipped), estimate
+        assert estimate.seconds > 0
+
+
+def test_dry_run_says_what_it_will_run_and_how_long(gp: Any, tmp_path: Path) -> None:
+    result = gp("sweep", "--device", "cpu", "--dry-run", "--out", str(tmp_path / "r"))
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert any(line.startswith("# collectives: ") and " cases, about " in line for line in lines)
+    assert any(line.startswith("# in all about ") for line in lines)
+    assert not (tmp_path / "r").exists()

@@ -87,8 +87,10 @@ def test_dry_run_shows_srun_and_torchrun(tmp_path: Path) -> None:
         env=slurm_env(),
     )
     assert result.returncode == 0, result.stderr
-    line = result.stdout.strip()
-    assert line.count("\n") == 0
+    commands = [line for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert len(commands) == 1  # one srun for the job, after the estimate's comment lines
+    line = commands[0]
+    assert "# in all about" in result.stdout
     assert "srun --nodes 2 --ntasks 2 --ntasks-per-node 1" in line
     assert "--rdzv-backend c10d --rdzv-endpoint localhost:29500 --rdzv-id 4242" in line
     assert "--nproc-per-node 4" in line and "--home-host localhost" in line

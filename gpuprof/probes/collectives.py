@@ -36,14 +36,12 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
-from gpuprof.specs.collectives import CollectivesParams
+from gpuprof.specs.collectives import CollectivesParams, modes_for
 from gpuprof.units import format_size
 
 PROBE = "collectives"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 REDOPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-IN_PLACE_ONLY = ("all_reduce", "broadcast", "reduce")
-OUT_OF_PLACE_ONLY = ("all_to_all", "sendrecv")
 PER_RANK_CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -57,15 +55,6 @@ def element_count(op: str, size_bytes: int, num_ranks: int, elem_bytes: int) -> 
     if op in PER_RANK_CHUNKED:
         return size_bytes // (elem_bytes * num_ranks) * num_ranks
     return size_bytes // elem_bytes
-
-
-def modes_for(op: str, modes: tuple[str, ...]) -> list[bool]:
-    """The in_place values measured for `op`: what was asked, within what torch offers."""
-    if op in IN_PLACE_ONLY:
-        return [True]
-    if op in OUT_OF_PLACE_ONLY:
-        return [False]
-    return [mode == "in_place" for mode in modes]
 
 
 class _Data:

@@ -319,6 +319,7 @@ def _case(ctx: Context, scope: Scope, params: DDPParams, variant: str) -> Case:
         params=case_params,
         build=build,
         describe=f"ddp {variant} n={scope.spec.world_size} ({scope.spec.scope})",
+        collect_first=True,
     )
 
 

@@ -278,6 +278,7 @@ def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: 
         params=case_params,
         build=build,
         describe=f"pipeline {schedule} p={p} m={m} v={v}",
+        collect_first=True,
     )
 
 

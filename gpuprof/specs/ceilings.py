@@ -39,3 +39,15 @@ class CeilingParams(ProbeParams):
 
 
 DEVICE_KEYS = ("rank", "host")  # a ceiling case is one device
+
+
+def count_copies(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
+    """Every copy kind on every device, one device after another."""
+    assert isinstance(params, CeilingParams)
+    return len(params.kinds) * num_nodes * gpus_per_node
+
+
+def count_matmuls(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
+    """Every matmul dtype on every device, one device after another."""
+    assert isinstance(params, CeilingParams)
+    return len(params.dtypes) * num_nodes * gpus_per_node

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.errors import UsageError
-from gpuprof.groups import SCOPES
+from gpuprof.groups import SCOPES, scope_groups
 from gpuprof.params import ProbeParams, check_choices, csv
 from gpuprof.registry import Metric, Option, ProbeSpec
 from gpuprof.units import format_size, parse_size, parse_size_list, size_range
@@ -25,6 +25,18 @@ OPS = (
 DTYPES = ("float32", "bfloat16", "float16")
 REDOPS = ("sum", "max", "min")
 MODES = ("out_of_place", "in_place")
+# torch.distributed offers these only in place / only out of place
+IN_PLACE_ONLY = ("all_reduce", "broadcast", "reduce")
+OUT_OF_PLACE_ONLY = ("all_to_all", "sendrecv")
+
+
+def modes_for(op: str, modes: tuple[str, ...]) -> list[bool]:
+    """The in_place values measured for `op`: what was asked, within what torch offers."""
+    if op in IN_PLACE_ONLY:
+        return [True]
+    if op in OUT_OF_PLACE_ONLY:
+        return [False]
+    return [mode == "in_place" for mode in modes]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +81,14 @@ class CollectivesParams(ProbeParams):
                 f"has {format_size(have)}",
                 "use a smaller --max-bytes",
             )
+
+
+def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
+    """Cases one after another: every scope's cases (its groups run at the same time)."""
+    assert isinstance(params, CollectivesParams)
+    per_scope = sum(len(modes_for(op, params.modes)) for op in params.ops)
+    per_scope *= len(params.dtypes) * len(params.sizes)
+    return per_scope * len(scope_groups(num_nodes, gpus_per_node, params.scopes))
 
 
 def suite_collectives(suite: str, device: str) -> CollectivesParams:
@@ -156,6 +176,8 @@ SPEC = ProbeSpec(
         ),
     ),
     adjust=_sizes,
+    count_cases=count_cases,
+    case_overhead_s=0.04,
     rank_module="gpuprof.probes.collectives",
     summarize="gpuprof.analysis.bandwidth:summarize_run",
     columns=(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuprof.params import csv, positive_int
 from gpuprof.registry import Metric, Option, ProbeSpec
-from gpuprof.specs.ceilings import COMPUTE_DTYPES, DEVICE_KEYS, CeilingParams
+from gpuprof.specs.ceilings import COMPUTE_DTYPES, DEVICE_KEYS, CeilingParams, count_matmuls
 
 
 def suite_compute(suite: str, device: str) -> CeilingParams:
@@ -37,6 +37,8 @@ SPEC = ProbeSpec(
             help=f"compute dtypes: {','.join(COMPUTE_DTYPES)}",
         ),
     ),
+    count_cases=count_matmuls,
+    case_overhead_s=0.15,
     rank_module="gpuprof.probes.compute",
     summarize="gpuprof.analysis.ceilings:summarize_compute_run",
     columns=(

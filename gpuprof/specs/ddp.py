@@ -130,7 +130,9 @@ def suite_ddp(suite: str, device: str) -> DDPParams:
             budget_s=2.0 if suite == "quick" else 5.0,
         )
     size = {"quick": 2_000_000, "standard": 8_000_000, "full": 25_000_000}[suite]
-    return DDPParams(model_params=size, budget_s=1.0 if suite == "quick" else 3.0)
+    if suite == "quick":  # a first look in under a minute: 3 rounds of half a second
+        return DDPParams(model_params=size, budget_s=0.5, min_iters=3, warmup_iters=1)
+    return DDPParams(model_params=size, budget_s=3.0)
 
 
 def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupSpec]:
@@ -144,6 +146,13 @@ def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupS
         )
         specs += scope_groups(num_nodes, gpus_per_node, ("intra", "inter"))
     return specs + scope_groups(num_nodes, gpus_per_node, ("global",))
+
+
+def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
+    """The first variant at every weak-scaling world size, every variant at the largest."""
+    assert isinstance(params, DDPParams)
+    scopes = ddp_scopes(num_nodes, gpus_per_node, params.scaling)
+    return len(scopes) - 1 + len(params.variants)
 
 
 _KEYS = ("scope", "world_size", "group", "case_id")
@@ -201,6 +210,8 @@ SPEC = ProbeSpec(
             help="ddp: weak scaling over world sizes",
         ),
     ),
+    count_cases=count_cases,
+    case_overhead_s=1.7,  # building the model, its twin and warmup steps
     rank_module="gpuprof.probes.ddp",
     summarize="gpuprof.analysis.ddp:summarize_run",
     columns=(

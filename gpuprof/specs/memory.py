@@ -11,6 +11,7 @@ from gpuprof.specs.ceilings import (
     MEMORY_KINDS_CPU,
     MEMORY_KINDS_CUDA,
     CeilingParams,
+    count_copies,
 )
 from gpuprof.units import parse_size
 
@@ -47,6 +48,8 @@ SPEC = ProbeSpec(
             help=f"memory copy kinds: {','.join(MEMORY_KINDS)}",
         ),
     ),
+    count_cases=count_copies,
+    case_overhead_s=0.75,  # filling and checking the buffers
     rank_module="gpuprof.probes.memory",
     summarize="gpuprof.analysis.ceilings:summarize_memory_run",
     columns=(

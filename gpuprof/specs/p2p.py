@@ -80,6 +80,12 @@ def pair_rounds(num_nodes: int, gpus_per_node: int) -> list[list[tuple[int, int]
     return [pairs for pairs in rounds if pairs]
 
 
+def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
+    """Every mode in every round of pairs (the pairs of a round at the same time)."""
+    assert isinstance(params, P2PParams)
+    return len(params.modes) * len(pair_rounds(num_nodes, gpus_per_node))
+
+
 _KEYS = ("mode", "rank_a", "rank_b", "size_bytes")
 
 SPEC = ProbeSpec(
@@ -99,6 +105,8 @@ SPEC = ProbeSpec(
             flag="--p2p-modes", field="modes", parse=csv, help=f"p2p modes: {','.join(P2P_MODES)}"
         ),
     ),
+    count_cases=count_cases,
+    case_overhead_s=0.03,
     rank_module="gpuprof.probes.p2p",
     summarize="gpuprof.analysis.p2p:summarize_run",
     columns=(

@@ -25,7 +25,7 @@ class PipelineParams(ProbeParams):
     """The pipeline micro-benchmark: every rank one stage of `stage_layers` Linear+GELU layers
     of width `hidden` (times its `stage_weights` entry), `chunks` model chunks per rank for
     the multi-chunk schedules (same compute per rank), micro-batches of `mb_rows` rows; each
-    schedule at each number of micro-batches (empty: p, 2p and 4p)."""
+    schedule at each number of micro-batches (empty: mb_factors x p)."""
 
     schedules: tuple[str, ...] = (
         "GPipe",
@@ -35,6 +35,7 @@ class PipelineParams(ProbeParams):
         "ZBVZeroBubble",
     )
     micro_batches: tuple[int, ...] = ()
+    mb_factors: tuple[int, ...] = (1, 2, 4)  # without micro_batches: m = factor x p
     hidden: int = 1024
     stage_layers: int = 4
     chunks: int = 2
@@ -47,7 +48,7 @@ class PipelineParams(ProbeParams):
 
     def __post_init__(self) -> None:
         check_choices("pipeline schedule", self.schedules, PIPELINE_SCHEDULES)
-        if any(m < 1 for m in self.micro_batches):
+        if any(m < 1 for m in (*self.micro_batches, *self.mb_factors)) or not self.mb_factors:
             raise UsageError("--micro-batches must be positive, e.g. 4,8,16")
         if min(self.hidden, self.stage_layers, self.mb_rows) < 1 or self.chunks < 2:
             raise UsageError(
@@ -67,19 +68,31 @@ class PipelineParams(ProbeParams):
             )
 
     def micro_batch_counts(self, p: int) -> tuple[int, ...]:
-        """The micro-batch sweep for p stages."""
-        return self.micro_batches or (p, 2 * p, 4 * p)
+        """The micro-batch sweep for p stages: as given, else mb_factors x p."""
+        return self.micro_batches or tuple(f * p for f in self.mb_factors)
 
 
 def suite_pipeline(suite: str, device: str) -> PipelineParams:
     """GPU stages of 8 layers of 8192 x 8192 on 2048-row micro-batches. CPU: 1024-wide layers
     on 64 rows, 4 per stage in the quick suite (~25 ms of forward and backward per
     micro-batch: gloo's few-ms send/recv still shows in the bubble) and 16 otherwise (~100 ms:
-    the schedule, not the transport, shapes the bubble)."""
-    budget = 1.0 if suite == "quick" else 3.0
+    the schedule, not the transport, shapes the bubble). The quick suite, a first look in
+    under a minute on CPU, sweeps m = p and 2p (not 4p: the case whose time grows with the
+    world size) with half a second per case; the others p, 2p and 4p."""
+    quick = suite == "quick"
+    budget, factors = (0.5, (1, 2)) if quick else (3.0, (1, 2, 4))
     if device == "cuda":
-        return PipelineParams(hidden=8192, stage_layers=8, mb_rows=2048, budget_s=budget)
-    return PipelineParams(stage_layers=4 if suite == "quick" else 16, budget_s=budget)
+        return PipelineParams(
+            hidden=8192, stage_layers=8, mb_rows=2048, budget_s=budget, mb_factors=factors
+        )
+    return PipelineParams(stage_layers=4 if quick else 16, budget_s=budget, mb_factors=factors)
+
+
+def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
+    """Every schedule at every micro-batch count, all ranks as one pipeline."""
+    assert isinstance(params, PipelineParams)
+    p = num_nodes * gpus_per_node
+    return len(params.schedules) * len(params.micro_batch_counts(p))
 
 
 _KEYS = ("schedule", "p", "m", "v")
@@ -139,6 +152,8 @@ SPEC = ProbeSpec(
             help="pipeline: compute per stage, e.g. 1,1,2,1",
         ),
     ),
+    count_cases=count_cases,
+    case_overhead_s=0.3,
     rank_module="gpuprof.probes.pipeline",
     summarize="gpuprof.analysis.pipeline:summarize_run",
     columns=(
