@@ -98,8 +98,9 @@ def _request(probes: tuple[str, ...], tag: str, opts: dict[str, Any], kw: dict[s
     """The sweep request from a command's parsed options."""
     from gpuprof.runner import SweepRequest
 
-    telemetry_hz = 0.0 if kw.pop("no_telemetry") else kw.pop("telemetry_hz")
-    kw.pop("telemetry_hz", None)
+    telemetry_hz = kw.pop("telemetry_hz")
+    if kw.pop("no_telemetry"):
+        telemetry_hz = 0.0
     argv = (click.get_current_context().obj or {}).get("argv", sys.argv)
     return SweepRequest(
         probes=probes,

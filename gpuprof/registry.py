@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuprof.errors import UsageError
@@ -186,8 +186,6 @@ def parse_option(option: Option, raw: Any) -> Any:
 def params_for(spec: ProbeSpec, suite: str, device: str, opts: Mapping[str, Any]) -> ProbeParams:
     """The probe's parameters: the suite's preset for the device, then the options given
     (None = not given; the iteration options apply to every probe)."""
-    from dataclasses import replace
-
     base = spec.suite(suite, device)
     changes: dict[str, Any] = {}
     for option in (*spec.options, *ITERATION_OPTIONS):

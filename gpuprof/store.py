@@ -11,6 +11,7 @@ import os
 import re
 import time
 from collections import defaultdict
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -260,7 +261,7 @@ class Run:
         """running, complete, partial or failed."""
         return str(self.info.get("status", "running"))
 
-    @property
+    @cached_property
     def consolidated(self) -> bool:
         """The run ended and its tables were written (reads use the parquet files)."""
         if self.status == "running":
@@ -281,7 +282,11 @@ class Run:
         return self._from_shards
 
     def tables(self) -> list[str]:
-        """Names of the tables this run has."""
+        """Names of the tables this run has (looked up once per Run)."""
+        return list(self._names)
+
+    @cached_property
+    def _names(self) -> list[str]:
         if self.consolidated:
             return sorted(p.stem for p in self.path.glob("*.parquet"))
         return sorted(self._shard_tables())
@@ -289,8 +294,8 @@ class Run:
     def table(self, name: str) -> pd.DataFrame:
         """One row per measured iteration per rank for table `name`."""
         if name not in self._frames:
-            if name not in self.tables():
-                have = ", ".join(self.tables()) or "none"
+            if name not in self._names:
+                have = ", ".join(self._names) or "none"
                 raise UsageError(f"run {self.path} has no table {name!r}", f"tables: {have}")
             self._frames[name] = (
                 self._read_parquet(name) if self.consolidated else self._shard_tables()[name]
