@@ -13,18 +13,17 @@ import click
 
 from gpuprof import registry
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
+from gpuprof.gate_cli import GATE_COMMANDS
 from gpuprof.launch import LAUNCHERS
-from gpuprof.options import all_probe_options, pop_probe_options, probe_options, stack
+from gpuprof.options import (
+    all_probe_options,
+    out_option,
+    pop_probe_options,
+    probe_options,
+    stack,
+)
 from gpuprof.params import csv
 from gpuprof.plan import DEVICES, SUITES
-
-OUT_HELP = "folder that holds the runs"
-
-
-def _out_option(func: Any) -> Any:
-    return click.option(
-        "--out", default="reports", show_default=True, type=click.Path(), help=OUT_HELP
-    )(func)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,7 +41,7 @@ def _launch_options(func: Any) -> Any:
         click.option("--gpus", type=int, help="ranks per node [default: GPUs, or 2 on CPU]"),
         click.option("--suite", default="quick", show_default=True, type=click.Choice(SUITES)),
         click.option("--device", default="auto", show_default=True, type=click.Choice(DEVICES)),
-        _out_option,
+        out_option,
         click.option(
             "--timeout",
             default=300.0,
@@ -91,6 +90,14 @@ def _launch_options(func: Any) -> Any:
         click.option("--no-telemetry", is_flag=True, help="do not sample counters"),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),
+        click.option(
+            "--repeats",
+            default=1,
+            show_default=True,
+            type=click.IntRange(1, 100),
+            help="runs of the plan, each its own launch and run folder (a baseline needs the "
+            "spread between runs)",
+        ),
     )(func)
 
 
@@ -116,16 +123,29 @@ def _request(probes: tuple[str, ...], tag: str, opts: dict[str, Any], kw: dict[s
 
 def _sweep(
     probes: tuple[str, ...], tag: str, opts: dict[str, Any], kw: dict[str, Any], tables: bool
-) -> None:
-    """Measure (or print the launch commands) and say how it ended."""
+) -> list[Path]:
+    """Measure `--repeats` times, each run its own launch and folder (or print the launch
+    commands), and say how each ended; the run folders made, in order."""
     from gpuprof import runner
 
-    dry = kw.pop("dry_run")
+    dry, repeats = kw.pop("dry_run"), kw.pop("repeats")
     request = _request(probes, tag, opts, kw)
+    if repeats > 1 and request.resume is not None:
+        raise UsageError("--repeats cannot be combined with --resume", "resume one run at a time")
     if dry:
         click.echo("\n".join(runner.dry_run(request)))
-        return
-    result = runner.sweep(request)
+        return []
+    made = []
+    for _ in range(repeats):
+        result = runner.sweep(request)
+        _say(request, result, tables)
+        if result.run_dir is not None and result.home:
+            made.append(result.run_dir)
+    return made
+
+
+def _say(request: Any, result: Any, tables: bool) -> None:
+    """How one sweep ended: its tables or report on the home node; an error if incomplete."""
     if result.note:
         click.echo(f"gpuprof: {result.note}", err=True)
         return
@@ -172,18 +192,21 @@ def _who(failure: dict[str, Any]) -> str:
 @cli.command()
 @_launch_options
 @click.option(
-    "--probes", default=",".join(registry.names()), show_default=True, help="probes to run"
+    "--probes",
+    help=f"probes to run [default: {','.join(registry.names())}; the ci suite: "
+    f"{','.join(registry.suite_probes('ci', 'cpu'))} on CPU, "
+    f"{','.join(registry.suite_probes('ci', 'cuda'))} on GPU]",
 )
 @click.option("--tag", default="sweep", show_default=True, help="name part of the run folder")
 @all_probe_options
-def sweep(probes: str, tag: str, **kwargs: Any) -> None:
+def sweep(probes: str | None, tag: str, **kwargs: Any) -> None:
     """Run every probe across all ranks and write a run folder and an HTML report.
 
     Example: gpuprof sweep --nodes 1 --gpus 2 --suite quick
     """
     opts = pop_probe_options(kwargs)
     try:
-        names = csv(probes)
+        names = () if probes is None else csv(probes)
     except ValueError:
         raise UsageError(f"invalid --probes {probes!r}", "e.g. --probes collectives,p2p") from None
     _sweep(names, tag, opts, kwargs, tables=False)
@@ -226,7 +249,7 @@ for _name in registry.names():
     show_default=True,
     type=click.Choice(["table", "json", "csv"]),
 )
-@_out_option
+@out_option
 def show(run_spec: str, table: str, fmt: str, out: str) -> None:
     """Print one summary row per case of a run's table.
 
@@ -253,7 +276,7 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
 @cli.command()
 @click.argument("run_spec", metavar="RUN")
 @click.option("-o", "output", type=click.Path(), help="where to write [default: RUN/report.html]")
-@_out_option
+@out_option
 def report(run_spec: str, output: str | None, out: str) -> None:
     """Write the self-contained HTML report of a run (a run still running, or whose launcher
     died, is read from its shards; nothing in the run changes but report.html).
@@ -272,7 +295,7 @@ def report(run_spec: str, output: str | None, out: str) -> None:
 
 @cli.command()
 @click.argument("run_spec", metavar="RUN")
-@_out_option
+@out_option
 def consolidate(run_spec: str, out: str) -> None:
     """Write a run's tables (<table>.parquet) from its shards, e.g. after copying shards from
     the nodes; runs are consolidated when they end, so this is rarely needed.
@@ -305,6 +328,10 @@ def env_command(fmt: str) -> None:
         click.echo(json.dumps(info, indent=2))
     else:
         click.echo(gpuenv.format_description(info))
+
+
+for _command in GATE_COMMANDS:
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,8 +188,12 @@ def dry_run_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]
 
 
 def check_port_free(port: int) -> None:
-    """A UsageError when this node cannot listen on `port` (the rendezvous would fail)."""
+    """A UsageError when this node cannot listen on `port` (the rendezvous would fail). The
+    probe socket allows address reuse as the rendezvous store's own listener does, so the
+    TIME_WAIT connections a run that just ended leaves on the port do not count; a process
+    listening there does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError as exc:

@@ -52,3 +52,14 @@ def all_probe_options(func: F) -> F:
 def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Remove every probe option from a command's kwargs."""
     return {key: kwargs.pop(key) for key in registry.option_names() if key in kwargs}
+
+
+def out_option(func: F) -> F:
+    """--out: the folder that holds the runs."""
+    return click.option(
+        "--out",
+        default="reports",
+        show_default=True,
+        type=click.Path(),
+        help="folder that holds the runs",
+    )(func)

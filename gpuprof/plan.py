@@ -127,8 +127,10 @@ def build_plan(
     telemetry_hz: float = 10.0,
 ) -> SweepPlan:
     """The plan for a job of `nodes` x `gpus` ranks on `device` (cpu or cuda): each probe's
-    suite preset for the device with the options given applied (None = not given)."""
+    suite preset for the device with the options given applied (None = not given). No
+    probes named: the suite's own (every probe; the `ci` suite's for the device)."""
     check_choices("suite", (suite,), SUITES)
+    probes = probes or registry.suite_probes(suite, device)
     check_choices("probe", probes, registry.names())
     params = {
         name: registry.params_for(spec, suite, device, opts)

@@ -21,7 +21,9 @@ from typing import Any
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, ms_to_s, non_negative_int, positive_int
 
-SUITES = ("quick", "standard", "full")
+# quick/standard/full: a look at a cluster, larger each; ci: what one device (and, on CPU, two
+# gloo ranks) can regress on, with budgets chosen for a small between-run spread
+SUITES = ("quick", "standard", "full", "ci")
 DEVICES_MEASURED = ("cpu", "cuda")
 
 # The registry: one spec module per probe, in the order a sweep runs them and the report
@@ -57,6 +59,13 @@ class Option:
     def name(self) -> str:
         """The keyword the command receives the raw value under."""
         return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+
+# the regression gate's defaults: the smallest change that can count as a regression, and the
+# false-alarm rate of one comparison (gpuprof.analysis.regression says how both are used; a
+# measuring check confirms what it finds with a second run, so its own rate is far lower)
+MIN_EFFECT = 0.05
+ALPHA = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +104,7 @@ class ProbeSpec:
     advice: str | None = None  # "module:function", (analyzed run) -> findings (text)
     metrics: tuple[Metric, ...] = ()
     tables: tuple[str, ...] = field(default=())  # run-format tables it writes (default: name)
+    ci_devices: tuple[str, ...] = ()  # the devices (cpu, cuda) whose `ci` suite runs it
 
     @property
     def table_names(self) -> tuple[str, ...]:
@@ -162,6 +172,14 @@ def get(name: str) -> ProbeSpec:
     return found
 
 
+def suite_probes(suite: str, device: str) -> tuple[str, ...]:
+    """The probes a sweep of `suite` on `device` runs when --probes is not given: every probe,
+    or for the `ci` suite the probes whose spec names the device."""
+    if suite != "ci":
+        return names()
+    return tuple(name for name, spec in specs().items() if device in spec.ci_devices)
+
+
 def table_owner(table: str) -> ProbeSpec | None:
     """The probe whose records make `table` (None for telemetry or an unknown table)."""
     return next((s for s in specs().values() if table in s.table_names), None)
@@ -183,10 +201,16 @@ def parse_option(option: Option, raw: Any) -> Any:
         raise UsageError(f"invalid {option.flag} {raw!r}: {exc}", option.help) from None
 
 
+def preset(spec: ProbeSpec, suite: str, device: str) -> ProbeParams:
+    """The probe's parameters in `suite` on `device`. A probe outside the `ci` suite on every
+    device, named anyway, runs its quick preset there."""
+    return spec.suite("quick" if suite == "ci" and not spec.ci_devices else suite, device)
+
+
 def params_for(spec: ProbeSpec, suite: str, device: str, opts: Mapping[str, Any]) -> ProbeParams:
     """The probe's parameters: the suite's preset for the device, then the options given
     (None = not given; the iteration options apply to every probe)."""
-    base = spec.suite(suite, device)
+    base = preset(spec, suite, device)
     changes: dict[str, Any] = {}
     for option in (*spec.options, *ITERATION_OPTIONS):
         raw = opts.get(option.name)

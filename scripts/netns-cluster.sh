@@ -4,6 +4,7 @@
 #
 #   scripts/netns-cluster.sh up NODES RATE [NODE:RATE ...]   e.g. up 2 200mbit   or up 3 200mbit 2:100mbit
 #   scripts/netns-cluster.sh mesh NODES RATE [A-B:RATE ...]  a direct link per pair, e.g. mesh 3 200mbit 1-2:100mbit
+#   scripts/netns-cluster.sh reshape NODES RATE              every node link (up) to a new rate
 #   scripts/netns-cluster.sh exec K COMMAND...               run COMMAND inside node K
 #   scripts/netns-cluster.sh addr K                          node K's address
 #   scripts/netns-cluster.sh netem                           exit 0 if netem (delay) is available
@@ -44,6 +45,14 @@ up() {
         ip -n "$ns" link set lo up
         shape "$ns" "$node_if" "$r"
         shape "$SW" "$sw_if" "$r"
+    done
+}
+
+reshape() {  # nodes rate: every node's link (both ends) to a new rate, the cluster kept
+    local nodes=$1 rate=$2
+    for ((k = 0; k < nodes; k++)); do
+        shape "${P}n$k" "${P}e$k" "$rate"
+        shape "$SW" "${P}b$k" "$rate"
     done
 }
 
@@ -100,6 +109,7 @@ netem() {
 case "${1:-}" in
     up) shift; up "$@" ;;
     mesh) shift; mesh "$@" ;;
+    reshape) shift; reshape "$@" ;;
     down) down ;;
     exec) k=$2; shift 2; exec ip netns exec "${P}n$k" "$@" ;;
     addr) addr "$2" ;;

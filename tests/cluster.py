@@ -42,6 +42,10 @@ class Cluster:
             [str(SCRIPT), *args], env=self.env, text=True, check=True, capture_output=True, **kwargs
         )  # type: ignore[call-overload]
 
+    def reshape(self, rate: str) -> None:
+        """Every node's link (bridge clusters) to `rate`, e.g. '160mbit'."""
+        self.script("reshape", str(self.nodes), rate)
+
     def addr(self, node: int) -> str:
         return f"10.213.{1 if self.mesh else 0}.{node + 1}"
 

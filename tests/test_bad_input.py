@@ -262,3 +262,18 @@ def test_csv_has_no_empty_items(items: list[str]) -> None:
         assert any(not i.strip() for i in items)
         return
     assert all(parsed) and len(parsed) == len(items)
+
+
+def test_a_port_someone_listens_on_is_refused_before_launch(gp: Gp, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = gp(
+            "sweep", "--device", "cpu", "--launcher", "local", "--master-port", str(port),
+            "--out", str(tmp_path), "--dry-run",
+        )  # fmt: skip
+    assert result.code == 2 and f"port {port} is not free" in result.err
+    assert not list(tmp_path.iterdir())

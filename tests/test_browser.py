@@ -87,3 +87,29 @@ def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert figures >= 4 + len(PIPELINE_SCHEDULES) - 1, figures  # ddp 3+, bubble, gantts
     assert drawn >= figures, (drawn, figures)  # plotly drew every figure (2 svgs each)
     assert gantts >= len(PIPELINE_SCHEDULES) - 1  # every schedule the world allows
+
+
+def test_compare_and_trend_pages_draw_in_a_browser(
+    tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three small runs, the last with compute made 3x slower by the fault hook: the compare
+    page overlays both sides and marks the changed cases, the trend page marks the step."""
+    plan = ["--suite", "ci", "--probes", "memory,compute", "--gpus", "1", "--device", "cpu"]
+    out = tmp_path / "runs"
+    for i in range(3):
+        if i == 2:
+            monkeypatch.setenv("GPUPROF_FAULT_SLOW", "3:compute/*")
+        args = ["sweep", *plan, "--out", out, "--no-report", "--no-telemetry"]
+        assert gp(*args).code == 0
+    runs = sorted(out.iterdir())
+    compare_page, trend_page = tmp_path / "compare.html", tmp_path / "trend.html"
+    assert gp("compare", runs[0], runs[2], "-o", compare_page).code == 0
+    trend = gp("trend", out, "-o", trend_page)
+    assert trend.code == 0, trend.err
+    for page, least in ((compare_page, 2), (trend_page, 2)):
+        dom = rendered_dom(page)
+        figures = dom.count('class="plotly-graph-div')
+        drawn = len(re.findall(r'<svg class="main-svg"', dom))
+        assert figures >= least and drawn >= figures, (page.name, figures, drawn)
+    assert 'class="regression"' in compare_page.read_text()
+    assert 'class="regression"' in trend_page.read_text()

@@ -3,6 +3,9 @@ each node writing to its own folder (no shared filesystem)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import sys
 from pathlib import Path
 
@@ -12,6 +15,7 @@ from gpuprof import open_run
 from gpuprof.analysis.bandwidth import summarize_collectives
 from gpuprof.analysis.health import attribute, case_windows
 from gpuprof.analysis.summary import summarize_run
+from gpuprof.cli import main
 from tests.cluster import emulated_cluster, unavailable
 
 pytestmark = [
@@ -269,3 +273,40 @@ def test_two_nodes_with_one_host_name(tmp_path: Path) -> None:
     assert [n["host"] for n in run.info["nodes"]] == ["twin", "twin"]  # the real names kept
     pairs = summarize_run(run, "p2p")
     assert set(pairs["link_class"]) == {"network"}
+
+
+def test_check_flags_a_slower_link_on_the_cases_that_cross_it(tmp_path: Path) -> None:
+    """A baseline of 4 runs at 200 Mbit/s, a check at 160 (20% less): the scopes that cross
+    the link (inter, rails, global) regress; the intra-node ones, over loopback, do not (they
+    move with the machine's noise, which their thresholds cover)."""
+    plan = [
+        "--probes", "collectives", "-o", "all_reduce", "--sizes", "1M,4M", "--suite", "ci",
+        "--budget-ms", "300", "--min-iters", "5", "--no-report", "--no-telemetry",
+    ]  # fmt: skip
+    folders = [tmp_path / f"base{i}" for i in range(4)] + [tmp_path / "slow"]
+    with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:
+        for folder in folders:
+            if folder.name == "slow":
+                cluster.reshape(f"{RATE_MBIT * 8 // 10}mbit")
+            folder.mkdir()
+            assert manual_sweep(cluster, folder, plan) == [0, 0], logs(folder, 2)
+    runs = [str(open_run("latest", tmp_path / f"base{i}" / "n0").path) for i in range(4)]
+    assert main(["baseline", *runs, "-o", str(tmp_path / "base.json")]) == 0
+    slow = open_run("latest", tmp_path / "slow" / "n0").path
+    report = tmp_path / "check.json"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["check", "--baseline", str(tmp_path / "base.json"), "--run", str(slow),
+                     "--format", "json"])  # fmt: skip
+    report.write_text(buffer.getvalue())
+    cases = json.loads(buffer.getvalue())["cases"]
+    for case in cases:
+        print(
+            f"{case['verdict']:12} {case['change_pct']:+6.1f}% "
+            f"(threshold {case['threshold_pct']:.1f}%) {case['case']}"
+        )
+    assert code == 1
+    regressed = {c["key"]["scope"] for c in cases if c["verdict"] == "regression"}
+    crossing = [c for c in cases if c["key"]["scope"] != "intra"]
+    assert crossing and all(c["verdict"] == "regression" for c in crossing)
+    assert "intra" not in regressed

@@ -48,7 +48,7 @@ def test_every_probe_has_what_gpuprof_derives_from_it(name: str) -> None:
     # suite presets for both devices, valid parameters of the declared class
     for suite in registry.SUITES:
         for device in registry.DEVICES_MEASURED:
-            preset = spec.suite(suite, device)
+            preset = registry.preset(spec, suite, device)
             assert isinstance(preset, spec.params) and isinstance(preset, ProbeParams)
             assert spec.params.from_dict(preset.to_dict()) == preset
     # the rank side exists and has run(); the references resolve to callables
@@ -58,6 +58,7 @@ def test_every_probe_has_what_gpuprof_derives_from_it(name: str) -> None:
         assert callable(registry.load(ref)), ref
     assert spec.columns and all(len(c) == 2 for c in spec.columns)
     assert spec.metrics and all(m.keys for m in spec.metrics)
+    assert set(spec.ci_devices) <= set(registry.DEVICES_MEASURED)
 
 
 def _gloo_tests() -> dict[str, list[str]]:

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from gpuprof.groups import GroupSpec
-from gpuprof.probes._timing import time_iterations
+from gpuprof.probes._timing import slowdown_for, stretched, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
 from gpuprof.records import (
@@ -43,11 +43,9 @@ from gpuprof.records import (
 )
 from gpuprof.topology import normalize_bus_id
 
-FAULT_ENV = "GPUPROF_FAULT_RANK"
+FAULT_ENV = "GPUPROF_FAULT_RANK"  # test-only: this rank perturbs its inputs before each check
 # init_process_group(device_id=...) exists from torch 2.3 (the package accepts older)
-TAKES_DEVICE_ID = (
-    "device_id" in inspect.signature(dist.init_process_group).parameters
-)  # test-only: this rank perturbs its inputs before each check
+TAKES_DEVICE_ID = "device_id" in inspect.signature(dist.init_process_group).parameters
 
 
 def resolve_device(request: str) -> str:
@@ -318,7 +316,8 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
         start_ns = time.time_ns()
         try:
             prepared = case.build()
-            times, nwrong, series = measure(ctx, scope, prepared, budget)
+            with stretched(slowdown_for(probe, case.case_id)):
+                times, nwrong, series = measure(ctx, scope, prepared, budget)
         except Unsupported as exc:
             ctx.writer.write(skip_record(probe, case.case_id, where, str(exc)))
             return

@@ -1,9 +1,25 @@
-"""Per-iteration timing: CUDA events on GPU (the stream held first), perf_counter_ns on CPU."""
+"""Per-iteration timing: CUDA events on GPU (the stream held first), perf_counter_ns on CPU.
+
+Test-only fault hook: `GPUPROF_FAULT_SLOW=FACTOR[:PATTERN]` injects a slowdown of exactly FACTOR
+into the CPU-timed regions of the cases whose `probe/case_id` matches PATTERN (fnmatch; default
+every case): `clock_ns()` dilates every interval between two of its reads by FACTOR, so each
+timed iteration (and each DDP phase) reads FACTOR times as long, and the iteration counts
+follow as they would for slower work. Nothing extra runs: spinning or sleeping to make the
+time pass would change what the other ranks compete for (memory bandwidth, the cores), so their
+work would speed up and the injected factor would not be the one measured. The regression
+gate's tests and its detection-rate measurement use it; the run records it in run.json's
+environment like every GPUPROF_ variable. A real slowdown is tested on the emulated cluster's
+shaped link.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -12,9 +28,56 @@ HOLD_US_PER_ITER = 50.0  # enqueue time per iteration the spin kernel covers (Py
 HOLD_CYCLES_PER_US = 2000  # cycles per us at ~2 GHz; a faster clock only holds less long
 
 
+SLOW_ENV = "GPUPROF_FAULT_SLOW"
+
+
+class _Stretch:
+    """The slowdown in force (1: none), the previous real clock read and its dilated value."""
+
+    factor = 1.0
+    last: int | None = None
+    last_dilated = 0
+
+
+def slowdown_for(probe: str, case_id: str) -> float:
+    """The test-only slowdown factor for one case (1.0 without GPUPROF_FAULT_SLOW)."""
+    value = os.environ.get(SLOW_ENV)
+    if not value:
+        return 1.0
+    factor_text, _, pattern = value.partition(":")
+    factor = float(factor_text)
+    if not math.isfinite(factor) or factor < 1:
+        raise ValueError(f"{SLOW_ENV}={value!r}: the factor must be a finite number >= 1")
+    return factor if fnmatch.fnmatchcase(f"{probe}/{case_id}", pattern or "*") else 1.0
+
+
+@contextlib.contextmanager
+def stretched(factor: float) -> Iterator[None]:
+    """Within the block, `clock_ns()` dilates every interval between its reads by `factor`."""
+    _Stretch.factor, _Stretch.last = factor, None
+    try:
+        yield
+    finally:
+        _Stretch.factor, _Stretch.last = 1.0, None
+
+
+def clock_ns() -> int:
+    """perf_counter_ns; under `stretched(f)`, a clock whose every interval between two reads
+    is f times the real one."""
+    now = time.perf_counter_ns()
+    if _Stretch.factor == 1:
+        return now
+    if _Stretch.last is None:
+        _Stretch.last, _Stretch.last_dilated = now, now
+        return now
+    dilated = _Stretch.last_dilated + round((now - _Stretch.last) * _Stretch.factor)
+    _Stretch.last, _Stretch.last_dilated = now, dilated
+    return dilated
+
+
 def _time_cpu(op: Callable[[], None], iters: int) -> list[float]:
     times = []
-    clock = time.perf_counter_ns
+    clock = clock_ns
     for _ in range(iters):
         start = clock()
         op()

@@ -23,7 +23,6 @@ GPU. The twin model doubles the memory the case needs.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,6 +44,7 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
+from gpuprof.probes._timing import clock_ns
 from gpuprof.specs.ddp import DDPParams, ddp_scopes, parse_variant
 
 PROBE = "ddp"
@@ -193,7 +193,7 @@ class DDPBench:
 
     def _clock(self) -> int:
         self.ctx.sync()
-        return time.perf_counter_ns()
+        return clock_ns()
 
     @contextlib.contextmanager
     def _autocast(self) -> Iterator[None]:

@@ -49,13 +49,19 @@ def table_cells(summary: pd.DataFrame, probe: str) -> tuple[list[str], list[list
 def format_table(summary: pd.DataFrame, probe: str) -> str:
     """A fixed-width table of a probe's summary."""
     header, rows = table_cells(summary, probe)
-    rows = [header, *rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+    return fixed_width([header, *rows])
+
+
+def fixed_width(rows: list[list[str]], left: int = 0) -> str:
+    """Rows of cells as aligned text: right-aligned, except the first `left` columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i < left else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
-    ]
-    return "\n".join(lines)
+    )
 
 
 def run_tables(run_dir: Path) -> list[str]:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from gpuprof.params import csv, positive_int
 from gpuprof.registry import Metric, Option, ProbeSpec
-from gpuprof.specs.ceilings import COMPUTE_DTYPES, DEVICE_KEYS, CeilingParams, count_matmuls
+from gpuprof.specs.ceilings import (
+    COMPUTE_DTYPES,
+    DEVICE_KEYS,
+    CeilingParams,
+    count_matmuls,
+)
 
 
 def suite_compute(suite: str, device: str) -> CeilingParams:
     """Matmul sizes that fill the device: 8192^3 on GPU, 1024-2048 on CPU."""
     gpu = device == "cuda"
-    n = 8192 if gpu else {"quick": 1024, "standard": 2048, "full": 2048}[suite]
+    n = 8192 if gpu else {"quick": 1024, "standard": 2048, "full": 2048, "ci": 1024}[suite]
     # CPUs without bf16 matrix units emulate it ~100x slower than float32: float32 only there
     dtypes = COMPUTE_DTYPES if gpu else ("float32",)
-    return CeilingParams(dtypes=dtypes, n=n, budget_s=0.3 if suite == "quick" else 1.0)
+    budget = {"quick": 0.3, "ci": 0.5}.get(suite, 1.0)
+    return CeilingParams(dtypes=dtypes, n=n, budget_s=budget, min_iters=10 if suite == "ci" else 5)
 
 
 SPEC = ProbeSpec(
@@ -52,4 +58,5 @@ SPEC = ProbeSpec(
     ),
     section="gpuprof.reports.sections.ceilings:compute_section",
     metrics=(Metric(column="tflops", better="higher", keys=(*DEVICE_KEYS, "dtype", "n")),),
+    ci_devices=("cpu", "cuda"),
 )

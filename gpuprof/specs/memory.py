@@ -20,12 +20,15 @@ def suite_memory(suite: str, device: str) -> CeilingParams:
     """Copy sizes that reach the ceiling: 256 MiB-1 GiB on GPU, 64-256 MiB on CPU."""
     gpu = device == "cuda"
     size = (
-        {"quick": 256 << 20, "standard": 1 << 30, "full": 1 << 30}[suite]
+        {"quick": 256 << 20, "standard": 1 << 30, "full": 1 << 30, "ci": 256 << 20}[suite]
         if gpu
-        else {"quick": 64 << 20, "standard": 256 << 20, "full": 256 << 20}[suite]
+        else {"quick": 64 << 20, "standard": 256 << 20, "full": 256 << 20, "ci": 64 << 20}[suite]
     )
     kinds = MEMORY_KINDS_CUDA if gpu else MEMORY_KINDS_CPU
-    return CeilingParams(kinds=kinds, size_bytes=size, budget_s=0.2 if suite == "quick" else 1.0)
+    budget = {"quick": 0.2, "ci": 0.5}.get(suite, 1.0)
+    return CeilingParams(
+        kinds=kinds, size_bytes=size, budget_s=budget, min_iters=10 if suite == "ci" else 5
+    )
 
 
 SPEC = ProbeSpec(
@@ -64,6 +67,11 @@ SPEC = ProbeSpec(
     ),
     section="gpuprof.reports.sections.ceilings:memory_section",
     metrics=(
-        Metric(column="bandwidth_gbps", better="higher", keys=(*DEVICE_KEYS, "kind", "size_bytes")),
+        Metric(
+            column="bandwidth_gbps",
+            better="higher",
+            keys=(*DEVICE_KEYS, "kind", "size_bytes"),
+        ),
     ),
+    ci_devices=("cpu", "cuda"),
 )

@@ -41,6 +41,7 @@ class Table:
     left: tuple[int, ...] = ()
     scroll: bool = True
     wrong_last: bool = False
+    row_classes: tuple[str, ...] = ()  # a css class per row (e.g. a verdict), or none
     kind: str = "table"
 
     def cell_class(self, column: int, cell: str, last: bool) -> str:

@@ -1,0 +1,144 @@
+"""A check's or a comparison's verdicts as a terminal table, JSON, JUnit XML and Markdown."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from gpuprof.analysis.regression import FAILING
+from gpuprof.reports.text import fixed_width
+
+LABELS = {
+    "regression": "REGRESSION",
+    "wrong": "WRONG",
+    "untrusted": "COULD NOT TRUST",
+    "missing": "MISSING",
+    "inconclusive": "inconclusive",
+    "improvement": "improvement",
+    "new": "new",
+    "same": "same",
+}
+EXPLAIN = {
+    "regression": "worse beyond its threshold, and significant against the iteration noise",
+    "wrong": "the candidate counted wrong elements",
+    "untrusted": "the GPU was throttled during the candidate's case, not the baseline's",
+    "missing": "the baseline has this case, the candidate does not",
+    "inconclusive": "moved beyond the minimum effect, but not beyond the noise",
+    "improvement": "better beyond its threshold, and significant",
+    "new": "only the candidate has this case",
+    "same": "within the minimum effect",
+}
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.4g}"
+
+
+def _pct(value: Any, sign: bool = True) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:+.1f}%" if sign else f"{value:.1f}%"
+
+
+def rows(table: pd.DataFrame) -> list[list[str]]:
+    """Header and one row of cells per case-metric."""
+    header = ["verdict", "case", "metric", "baseline", "candidate", "change", "threshold", "q"]
+    out = [header]
+    for rec in table.to_dict("records"):
+        out.append(
+            [
+                LABELS[rec["verdict"]],
+                rec["case"],
+                f"{rec['metric']} ({rec['better']} is better)",
+                _number(rec["base"]),
+                _number(rec["cand"]),
+                _pct(rec["change_pct"]),
+                _pct(rec.get("threshold_pct"), sign=False),
+                _number(rec.get("q_value")),
+            ]
+        )
+    return out
+
+
+def terminal(table: pd.DataFrame, title: str, notes: list[str], summary: str) -> str:
+    """The verdicts, failures first, with notes and the counts."""
+    lines = [title]
+    if len(table):
+        lines.append(fixed_width(rows(table), left=3))
+    lines += [f"note: {n}" for n in notes]
+    lines.append(summary)
+    return "\n".join(lines)
+
+
+def as_json(table: pd.DataFrame, meta: dict[str, Any]) -> str:
+    """Machine-readable verdicts: the comparison table's rows and the check's context."""
+    records = json.loads(table.to_json(orient="records"))
+    for rec in records:
+        rec["key"] = json.loads(rec["key"])
+    return json.dumps({**meta, "cases": records}, indent=1)
+
+
+def junit(table: pd.DataFrame, name: str, notes: list[str]) -> str:
+    """JUnit XML: one testcase per case and metric; failing verdicts are failures with the
+    numbers in the message and as properties; inconclusive ones are passed with a note."""
+    failures = int(table["verdict"].isin(FAILING).sum()) if len(table) else 0
+    suite = ET.Element(
+        "testsuite", name=name, tests=str(len(table)), failures=str(failures), errors="0"
+    )
+    if notes:
+        props = ET.SubElement(suite, "properties")
+        for i, note in enumerate(notes):
+            ET.SubElement(props, "property", name=f"note{i}", value=note)
+    for rec in table.to_dict("records"):
+        case = ET.SubElement(
+            suite, "testcase", classname=f"gpuprof.{rec['probe']}", name=_test_name(rec)
+        )
+        props = ET.SubElement(case, "properties")
+        for prop in ("base", "cand", "change_pct", "threshold_pct", "p_value", "q_value"):
+            value = rec.get(prop)
+            ET.SubElement(props, "property", name=prop, value=_number(value))
+        ET.SubElement(props, "property", name="verdict", value=rec["verdict"])
+        message = _message(rec)
+        if rec["verdict"] in FAILING:
+            failure = ET.SubElement(case, "failure", message=message, type=rec["verdict"])
+            failure.text = f"{message}\n{EXPLAIN[rec['verdict']]}"
+        elif rec["verdict"] != "same":
+            ET.SubElement(case, "system-out").text = message
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _test_name(rec: Mapping[Any, Any]) -> str:
+    return f"{rec['case']} [{rec['metric']}]"
+
+
+def _message(rec: Mapping[Any, Any]) -> str:
+    return (
+        f"{LABELS[rec['verdict']]}: {rec['metric']} {_number(rec['base'])} -> "
+        f"{_number(rec['cand'])} ({_pct(rec['change_pct'])}; threshold "
+        f"{_pct(rec.get('threshold_pct'), sign=False)}, {rec['better']} is better, q "
+        f"{_number(rec.get('q_value'))})"
+    )
+
+
+def markdown(table: pd.DataFrame, title: str, notes: list[str], summary: str) -> str:
+    """A Markdown summary (GitHub's job summary, a merge request comment): the counts, then
+    the table with failures first; cases that stayed the same are folded away."""
+    lines = [f"### {title}", "", f"**{summary}**", ""]
+    lines += [f"- {n}" for n in notes]
+    shown = table[table["verdict"] != "same"] if len(table) else table
+    if len(shown):
+        lines += ["", "| " + " | ".join(rows(shown)[0]) + " |", "|" + "---|" * 8]
+        for cells in rows(shown)[1:]:
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    same = int((table["verdict"] == "same").sum()) if len(table) else 0
+    if same:
+        lines += ["", f"{same} case-metrics within the minimum effect are not listed."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,442 @@
+"""The regression gate: statistics on synthetic sets with known noise, the baseline file, the
+outputs (JUnit through an XML parser), and `gpuprof check` on real gloo runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuprof.analysis.measured import (
+    SAMPLE_COLUMNS,
+    VALUE_COLUMNS,
+    Measured,
+    _with_slots,
+    case_key,
+)
+from gpuprof.analysis.regression import compare
+from gpuprof.check import Side, baseline_json, read_baseline, run_check
+from gpuprof.errors import UsageError
+from gpuprof.reports import verdicts
+from tests.conftest import Gp
+
+FP = {
+    "device": "cpu",
+    "device_model": "AMD EPYC",
+    "backend": "gloo",
+    "num_nodes": 1,
+    "gpus_per_node": 2,
+    "world_size": 2,
+    "suite": "ci",
+    "versions": {"gpuprof": "0.1.0", "torch": "2.13.0", "cuda": None},
+}
+
+
+def synthetic(
+    cases: dict[str, tuple[float, float, str]],
+    runs: int,
+    seed: int,
+    scale: dict[str, float] | None = None,
+    iters: int = 30,
+    within: float = 0.01,
+) -> Measured:
+    """name -> (center, between-run spread, better): per-run medians drawn log-normally around
+    the center (times `scale[name]`), and `iters` iteration samples per run around each."""
+    rng = np.random.default_rng(seed)
+    values, samples = [], []
+    for name, (center, spread, better) in cases.items():
+        key = case_key({"case": name})
+        for run in range(runs):
+            median = center * (scale or {}).get(name, 1.0) * np.exp(rng.normal(0, spread))
+            values.append(
+                {
+                    "probe": "compute",
+                    "metric": "tflops" if better == "higher" else "time_us",
+                    "better": better,
+                    "key": key,
+                    "case": name,
+                    "run": run,
+                    "value": median,
+                    "throttled": False,
+                    "nwrong": 0.0,
+                }
+            )
+            for x in median * np.exp(rng.normal(0, within, iters)):
+                samples.append(
+                    {
+                        "probe": "compute",
+                        "metric": "tflops" if better == "higher" else "time_us",
+                        "key": key,
+                        "value": x,
+                    }
+                )
+    return Measured(
+        values=pd.DataFrame(values, columns=VALUE_COLUMNS),
+        samples=pd.DataFrame(samples, columns=SAMPLE_COLUMNS),
+    )
+
+
+CASES = {
+    "quiet-fast": (100.0, 0.01, "higher"),
+    "quiet-slow": (50.0, 0.01, "lower"),
+    "noisy": (10.0, 0.10, "lower"),
+}
+
+
+def verdict_of(table: pd.DataFrame, case: str) -> str:
+    return str(table.loc[table["case"] == case, "verdict"].iloc[0])
+
+
+def test_unchanged_sets_pass_and_known_slowdowns_are_named() -> None:
+    base = synthetic(CASES, runs=5, seed=1)
+    same = compare(base, synthetic(CASES, runs=1, seed=2))
+    assert not same["verdict"].isin(["regression", "improvement"]).any(), same
+    # 20% slower: the quiet cases regress in their own direction; the noisy one (10% between
+    # runs) cannot be told from its noise and is inconclusive, not a regression
+    slow = {"quiet-fast": 1 / 1.2, "quiet-slow": 1.2, "noisy": 1.2}
+    table = compare(base, synthetic(CASES, runs=1, seed=3, scale=slow))
+    assert verdict_of(table, "quiet-fast") == "regression"
+    assert verdict_of(table, "quiet-slow") == "regression"
+    assert verdict_of(table, "noisy") == "inconclusive"
+    noisy = table[table["case"] == "noisy"].iloc[0]
+    assert noisy["threshold_pct"] > 20 > noisy["min_effect_pct"]
+    # faster is an improvement, never a regression
+    fast = {"quiet-fast": 1.3, "quiet-slow": 1 / 1.3}
+    table = compare(base, synthetic(CASES, runs=1, seed=4, scale=fast))
+    assert verdict_of(table, "quiet-fast") == "improvement"
+    assert verdict_of(table, "quiet-slow") == "improvement"
+    # failures first
+    assert next(iter(table["verdict"])) in ("improvement", "inconclusive", "same")
+
+
+def test_threshold_never_below_min_effect_and_grows_with_spread() -> None:
+    base = synthetic(CASES, runs=5, seed=5)
+    table = compare(base, synthetic(CASES, runs=1, seed=6), min_effect=0.05)
+    assert (table["threshold_pct"] >= 100 * (1 - 1 / 1.05) - 1e-9).all()  # 5%, or -4.76% for a drop
+    by_case = table.set_index("case")["threshold_pct"]
+    assert by_case["noisy"] > by_case["quiet-fast"]
+    # 4% slower on a quiet case is below the minimum effect: same, whatever the test says
+    table = compare(base, synthetic(CASES, runs=1, seed=7, scale={"quiet-slow": 1.04}))
+    assert verdict_of(table, "quiet-slow") == "same"
+
+
+def test_false_alarms_of_unchanged_synthetic_checks_stay_below_alpha() -> None:
+    """200 comparisons of unchanged synthetic data (the model's own assumptions hold), with a
+    minimum effect too small to matter: the share with any regression stays below alpha
+    (Bonferroni over 30 cases and Student's t for the estimated spread: conservative)."""
+    many = {f"case{i}": (100.0, 0.02, "lower") for i in range(30)}
+    alarms = 0
+    for seed in range(200):
+        base = synthetic(many, runs=5, seed=1000 + seed, iters=10)
+        cand = synthetic(many, runs=1, seed=5000 + seed, iters=10)
+        table = compare(base, cand, alpha=0.05, min_effect=0.001)
+        alarms += bool((table["verdict"] == "regression").any())
+    assert alarms <= 10, alarms  # alpha 0.05: at most 10 of 200; 3 with these seeds
+
+
+def test_wrong_throttled_missing_and_new_cases() -> None:
+    base = synthetic(CASES, runs=3, seed=8)
+    cand = synthetic(CASES, runs=1, seed=9)
+    values = cand.values.copy()
+    values.loc[values["case"] == "quiet-fast", "nwrong"] = 3.0
+    values.loc[values["case"] == "quiet-slow", "throttled"] = True
+    values = values[values["case"] != "noisy"]
+    extra = values.iloc[[0]].assign(key=case_key({"case": "added"}), case="added", nwrong=0.0)
+    table = compare(base, Measured(pd.concat([values, extra]), cand.samples))
+    assert verdict_of(table, "quiet-fast") == "wrong"
+    assert verdict_of(table, "quiet-slow") == "untrusted"
+    assert verdict_of(table, "noisy") == "missing"
+    assert verdict_of(table, "added") == "new"
+    side = lambda m: Side(label="x", measured=m, fingerprint=FP, runs=[{"status": "complete"}])  # noqa: E731
+    result = run_check(side(base), side(Measured(pd.concat([values, extra]), cand.samples)))
+    assert result.exit_code == 1
+    # a throttled baseline makes a throttled candidate comparable again
+    throttled_base = base.values.assign(throttled=True)
+    table = compare(Measured(throttled_base, base.samples), Measured(values, cand.samples))
+    assert verdict_of(table, "quiet-slow") != "untrusted"
+
+
+def test_environment_mismatch_and_partial_candidate() -> None:
+    base = synthetic(CASES, runs=3, seed=10)
+    cand = synthetic(CASES, runs=1, seed=11)
+
+    def side(fp: dict[str, object], status: str = "complete") -> Side:
+        return Side(label="x", measured=cand, fingerprint=fp, runs=[{"status": status}])
+
+    baseline = Side(label="b", measured=base, fingerprint=FP, runs=[])
+    with pytest.raises(UsageError, match=r"gpus_per_node 2 != 1"):
+        run_check(baseline, side({**FP, "gpus_per_node": 1, "world_size": 1}))
+    with pytest.raises(UsageError, match="device cpu != cuda"):
+        run_check(baseline, side({**FP, "device": "cuda"}))
+    allowed = run_check(baseline, side({**FP, "device": "cuda"}), allow_mismatch=True)
+    assert any("device" in n for n in allowed.notes)
+    newer = run_check(baseline, side({**FP, "versions": {**FP["versions"], "torch": "2.14"}}))
+    assert any("torch 2.13.0 != 2.14" in n for n in newer.notes)
+    assert run_check(baseline, side(FP, status="partial")).exit_code == 3
+
+
+def test_baseline_file_round_trip(tmp_path: Path) -> None:
+    base = synthetic(CASES, runs=3, seed=12, iters=40)
+    side = Side(label="b", measured=base, fingerprint=FP, runs=[{"status": "complete"}])
+    data = baseline_json(side)
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(data))
+    back = read_baseline(path)
+    assert back.fingerprint == FP
+    assert back.measured.num_runs == 3
+    merged = back.measured.values.merge(base.values, on=["key", "run"], suffixes=("", "_0"))
+    assert np.allclose(merged["value"], merged["value_0"], rtol=1e-5)
+    assert len(back.measured.samples) == 3 * 60  # capped per case and metric
+    table = compare(back.measured, synthetic(CASES, runs=1, seed=13))
+    assert not table["verdict"].isin(["regression"]).any()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(version=2), "format version 2"),
+        (lambda d: d.update(format="other"), "not a gpuprof baseline"),
+        (lambda d: d["cases"][0].pop("medians"), "damaged"),
+    ],
+)
+def test_bad_baseline_files_exit_2_with_one_line(
+    tmp_path: Path, gp: Gp, change: object, message: str
+) -> None:
+    side = Side(
+        label="b",
+        measured=synthetic(CASES, runs=2, seed=14),
+        fingerprint=FP,
+        runs=[{"status": "complete"}],
+    )
+    data = baseline_json(side)
+    change(data)  # type: ignore[operator]
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(data))
+    result = gp("check", "--baseline", str(path), "--run", str(tmp_path))
+    assert result.code == 2
+    assert message in result.err and len(result.err.strip().splitlines()) == 1
+    (tmp_path / "garbage.json").write_text("{not json")
+    assert gp("check", "--baseline", str(tmp_path / "garbage.json"), "--run", "x").code == 2
+
+
+def test_junit_and_markdown() -> None:
+    base = synthetic(CASES, runs=5, seed=15)
+    table = compare(base, synthetic(CASES, runs=1, seed=16, scale={"quiet-slow": 1.5}))
+    root = ET.fromstring(verdicts.junit(table, "gpuprof check", ["a note"]))
+    cases = root.findall("testcase")
+    assert len(cases) == len(table) == int(root.get("tests", "0"))
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert [c.get("name") for c in failed] == ["quiet-slow [time_us]"]
+    assert int(root.get("failures", "0")) == 1
+    failure = failed[0].find("failure")
+    assert failure is not None and "time_us" in failure.get("message", "")
+    assert f"{table.loc[table['case'] == 'quiet-slow', 'change_pct'].iloc[0]:+.1f}%" in (
+        failure.get("message", "")
+    )
+    props = {p.get("name"): p.get("value") for p in failed[0].iter("property")}
+    assert props["verdict"] == "regression" and float(props["change_pct"]) > 40
+    text = verdicts.markdown(table, "t", [], "1 regression")
+    assert "| REGRESSION | quiet-slow |" in text
+
+
+def test_sample_slots_spread_evenly() -> None:
+    frame = pd.DataFrame(
+        {
+            "case_id": ["a"] * 100 + ["b"] * 5,
+            "iteration": list(range(100)) + list(range(5)),
+        }
+    )
+    slots = _with_slots(frame, 20)
+    a = slots[(slots["case_id"] == "a") & (slots["_slot"] >= 0)]
+    assert sorted(a["_slot"]) == list(range(20))
+    assert a["iteration"].iloc[0] == 0 and a["iteration"].iloc[-1] == 99
+    b = slots[slots["case_id"] == "b"]
+    assert list(b["_slot"]) == [0, 1, 2, 3, 4]
+
+
+def test_fail_rules_and_outputs_are_checked_before_measuring(tmp_path: Path, gp: Gp) -> None:
+    for bad in ("tflops", "nosuch:5", "tflops:-1", "tflops:x"):
+        result = gp("check", "--baseline", "b.json", "--fail", bad)
+        assert result.code == 2 and "invalid --fail" in result.err
+    result = gp("check", "--baseline", "b.json", "--junit", str(tmp_path / "no" / "j.xml"))
+    assert result.code == 2 and "cannot write" in result.err
+    assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------------------------
+# Real runs: two gloo ranks on CPU.
+
+PLAN = ["--probes", "collectives,compute", "-o", "all_reduce", "--sizes", "64K", "--suite", "ci"]
+
+
+@pytest.fixture(scope="module")
+def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three baseline runs, and candidates: compute slowed 3x by the fault hook, one with a
+    rank that corrupts its inputs, and one with one rank."""
+    import os
+
+    from gpuprof.cli import main
+
+    out = tmp_path_factory.mktemp("gate")
+
+    def sweep(folder: str, *extra: str, gpus: int = 2, env: dict[str, str] | None = None) -> Path:
+        saved = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            args = [
+                "sweep",
+                "--device",
+                "cpu",
+                "--gpus",
+                str(gpus),
+                "--out",
+                str(out / folder),
+                "--no-report",
+                "--no-telemetry",
+                *PLAN,
+                *extra,
+            ]
+            main(args)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        return sorted(p for p in (out / folder).iterdir() if p.is_dir())[-1]
+
+    runs = {"base": sweep("base", "--repeats", "3").parent}
+    runs["slow"] = sweep("slow", env={"GPUPROF_FAULT_SLOW": "3:compute/*"})
+    runs["wrong"] = sweep("wrong", env={"GPUPROF_FAULT_RANK": "1"})
+    runs["one"] = sweep("one", gpus=1)
+    runs["out"] = out
+    return runs
+
+
+@pytest.mark.slow
+def test_check_on_real_runs(gate_runs: dict[str, Path], gp: Gp, tmp_path: Path) -> None:
+    base_runs = sorted(p for p in gate_runs["base"].iterdir() if p.is_dir())
+    assert len(base_runs) == 3
+    base_file = tmp_path / "base.json"
+    made = gp("baseline", *map(str, base_runs), "-o", str(base_file))
+    assert made.code == 0, made.err
+    assert base_file.stat().st_size < 100_000
+
+    # a run the baseline holds is within its own spread by construction: exit 0
+    same = gp("check", "--baseline", str(base_file), "--run", str(base_runs[0]))
+    assert same.code == 0, same.out
+
+    # compute slowed 3x: exit 1, the compute cases named, nothing else (busbw's own minimum
+    # effect of 900% keeps this busy machine's noise out of the unslowed all_reduce, which
+    # moved by 4x between two baseline runs here once)
+    junit = tmp_path / "check.xml"
+    slow = gp(
+        "check",
+        "--baseline",
+        str(base_file),
+        "--run",
+        str(gate_runs["slow"]),
+        "--fail",
+        "busbw_gbps:900",
+        "--junit",
+        str(junit),
+        "--format",
+        "json",
+    )
+    assert slow.code == 1, slow.out
+    cases = json.loads(slow.out)["cases"]
+    flagged = sorted(c["case"] for c in cases if c["verdict"] == "regression")
+    assert flagged == ["compute rank=0 float32 n=1024", "compute rank=1 float32 n=1024"]
+    root = ET.parse(junit).getroot()
+    failed = sorted(c.get("name") for c in root.iter("testcase") if c.find("failure") is not None)
+    assert failed == [f"{c} [tflops]" for c in flagged]
+
+    # wrong elements are a failure whatever the timing says
+    wrong = gp(
+        "check",
+        "--baseline",
+        str(base_file),
+        "--run",
+        str(gate_runs["wrong"]),
+        "--min-effect",
+        "40",
+        "--format",
+        "json",
+    )
+    assert wrong.code == 1
+    assert any(c["verdict"] == "wrong" for c in json.loads(wrong.out)["cases"])
+
+    # one rank instead of two: exit 2, naming the difference
+    one = gp("check", "--baseline", str(base_file), "--run", str(gate_runs["one"]))
+    assert one.code == 2 and "gpus_per_node 2 != 1" in one.err
+
+    # a partial run: exit 3 (its run.json says it did not complete)
+    partial = tmp_path / "partial"
+    shutil.copytree(base_runs[1], partial)
+    info = json.loads((partial / "run.json").read_text())
+    (partial / "run.json").write_text(json.dumps({**info, "status": "partial"}))
+    assert gp("check", "--baseline", str(base_file), "--run", str(partial)).code == 3
+
+    # compare and trend pages
+    page = tmp_path / "compare.html"
+    cmp = gp("compare", str(base_file), str(gate_runs["slow"]), "-o", str(page))
+    assert cmp.code == 0 and page.stat().st_size > 100_000
+    trend_page = tmp_path / "trend.html"
+    for i, run in enumerate([*base_runs, gate_runs["slow"]]):
+        shutil.copytree(run, tmp_path / "artifacts" / f"commit{i}")
+    tr = gp("trend", str(tmp_path / "artifacts"), "--min-effect", "40", "-o", str(trend_page))
+    assert tr.code == 0, tr.err
+    assert "compute rank=0 float32 n=1024" in tr.out and trend_page.exists()
+
+
+@pytest.mark.slow
+def test_check_measures_with_the_baselines_plan(
+    gate_runs: dict[str, Path], gp: Gp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_runs = sorted(p for p in gate_runs["base"].iterdir() if p.is_dir())
+    base_file = tmp_path / "base.json"
+    assert gp("baseline", *map(str, base_runs), "-o", str(base_file)).code == 0
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    # a minimum effect of 900%: this test is about what is measured and written, not verdicts
+    result = gp(
+        "check",
+        "--baseline",
+        str(base_file),
+        "--out",
+        str(tmp_path / "runs"),
+        "--min-effect",
+        "900",
+        "--markdown",
+        str(tmp_path / "check.md"),
+    )
+    assert result.code == 0, result.out + result.err
+    made = list((tmp_path / "runs").iterdir())
+    assert len(made) == 1
+    plan = json.loads((made[0] / "plan.json").read_text())
+    assert plan["suite"] == "ci" and plan["probes"] == ["collectives", "compute"]
+    assert summary.read_text() == (tmp_path / "check.md").read_text()
+    assert "gpuprof check" in summary.read_text()
+
+
+def test_fault_hook_dilates_the_timed_clock_by_its_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.probes._timing import _time_cpu, slowdown_for, stretched
+
+    def op() -> None:
+        end = time.perf_counter() + 0.002
+        while time.perf_counter() < end:
+            pass
+
+    with stretched(1.5):
+        slowed = sorted(_time_cpu(op, 7))[3]
+    plain = sorted(_time_cpu(op, 7))[3]
+    assert slowed / plain == pytest.approx(1.5, rel=0.15)
+    monkeypatch.setenv("GPUPROF_FAULT_SLOW", "1.2:compute/*")
+    assert slowdown_for("compute", "matmul.float32.1024") == 1.2
+    assert slowdown_for("memory", "host_copy") == 1.0
+    monkeypatch.setenv("GPUPROF_FAULT_SLOW", "0.5")
+    with pytest.raises(ValueError, match="factor must be"):
+        slowdown_for("compute", "x")
