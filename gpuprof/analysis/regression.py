@@ -8,13 +8,13 @@ A case regresses when both hold:
 
 1. **Beyond its threshold.** Its median moved the wrong way by more than its threshold: the
    larger of the minimum effect (5%) and z x the between-run spread. The spread is the standard
-   deviation of the baseline runs' medians on a log scale, moderated toward the same probe and
-   metric's typical spread (`_moderated`); it is scaled by the spread of the difference of
-   the two sides' medians of K baseline and J candidate runs (`_median_variance`). z is
-   Student's t quantile at 1 - alpha/M for M compared case-metrics (Bonferroni), with the
-   spread's degrees of freedom (K - 1 + PRIOR_RUNS): drift between runs, which no test on one
-   run's iterations can see, crosses the threshold in any of the M cases of an unchanged
-   check with probability at most about alpha.
+   deviation of the baseline runs' medians on a log scale, moderated toward the typical spread
+   of the same probe, metric and scope (`_moderated`); it is scaled by the spread of the
+   difference of the two sides' medians of K baseline and J candidate runs
+   (`_median_variance`). z is Student's t quantile at 1 - alpha/M for M compared case-metrics
+   (Bonferroni), with the spread's degrees of freedom (K - 1, + PRIOR_RUNS where moderated):
+   drift between runs, which no test on one run's iterations can see, crosses the threshold in
+   any of the M cases of an unchanged check with probability at most about alpha.
 2. **Against the noise inside the runs.** A one-sided Mann-Whitney U test of the candidate's
    iteration samples against the baseline's (scipy.stats.mannwhitneyu), with the
    Benjamini-Hochberg correction over every case-metric of the check
@@ -29,6 +29,7 @@ could not trust), a baseline case the candidate lacks ("missing").
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -158,21 +159,33 @@ def _mann_whitney(row: dict[str, Any], base: pd.Series, cand: pd.Series) -> floa
 PRIOR_RUNS = 3  # the weight, in runs, of the probe-metric's typical variance
 
 
-def _moderated(part: pd.DataFrame) -> np.ndarray:
-    """Each case's between-run spread moderated toward its probe and metric's typical one
-    (empirical Bayes, as limma moderates gene variances): a variance from K runs weighs K - 1,
-    the median variance of the probe-metric's cases weighs PRIOR_RUNS. A case whose few runs
-    agreed by luck is not trusted to be much quieter than its neighbours, nor a case with one
-    wild run much noisier. NaN where neither is known (one-run baselines)."""
+MIN_POOL = 3  # cases a typical spread is taken from
+
+
+def _moderated(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each case's between-run spread moderated toward its pool's typical one (empirical
+    Bayes, as limma moderates gene variances), and the degrees of freedom behind it. A pool is
+    the cases of one probe, metric and scope (the scope sets the transport: loopback and a
+    network link are different noise). A variance from K runs weighs K - 1, the median variance
+    of a pool of at least MIN_POOL cases weighs PRIOR_RUNS: a case whose few runs agreed by luck
+    is not trusted to be much quieter than its neighbours, nor one wild run to make it much
+    noisier. NaN where neither is known (one-run baselines)."""
     own = part["spread"].to_numpy(float) ** 2
-    typical = part.assign(v=own).groupby(["probe", "metric"])["v"].transform("median")
-    prior = typical.to_numpy(float)
-    weight = part["base_runs"].to_numpy(float) - 1
+    scope = [json.loads(k).get("scope", "") for k in part["key"]]
+    pools = part.assign(v=own, scope=scope).groupby(["probe", "metric", "scope"])["v"]
+    typical = pools.transform("median").to_numpy(float)
+    pooled = pools.transform("count").to_numpy(float) >= MIN_POOL
+    prior_weight = np.where(pooled, PRIOR_RUNS, 0.0)
+    weight = np.maximum(part["base_runs"].to_numpy(float) - 1, 0)
     known = ~np.isnan(own)
+    total = weight + prior_weight
     blended = np.where(
-        known, (weight * np.nan_to_num(own) + PRIOR_RUNS * prior) / (weight + PRIOR_RUNS), prior
+        known & (total > 0),
+        (weight * np.nan_to_num(own) + prior_weight * np.nan_to_num(typical))
+        / np.where(total > 0, total, 1),
+        np.where(pooled, typical, np.nan),
     )
-    return np.sqrt(blended)
+    return np.sqrt(blended), np.maximum(total, 1)
 
 
 def _median_variance(runs: np.ndarray) -> np.ndarray:
@@ -194,12 +207,11 @@ def _verdicts(table: pd.DataFrame, alpha: float) -> pd.DataFrame:
     if not compared.any():
         return table.drop(columns=["spread", "worse"])
     part = table[compared]
-    spread = _moderated(part)
+    spread, df = _moderated(part)
     runs_b = part["base_runs"].to_numpy(float)
     runs_c = part["cand_runs"].to_numpy(float)
     scale = np.sqrt(_median_variance(runs_b) + _median_variance(runs_c))
-    # Student's t: the spread is itself estimated, from K - 1 + PRIOR_RUNS degrees of freedom
-    df = np.maximum(runs_b - 1, 0) + PRIOR_RUNS
+    # Student's t: the spread is itself estimated, from K - 1 (+ PRIOR_RUNS) degrees of freedom
     z = stats.t.ppf(1 - alpha / len(part), df)
     drift = np.nan_to_num(np.expm1(z * spread * scale), nan=0.0)
     threshold = np.fmax(part["min_effect_pct"].to_numpy(float) / 100, drift)
@@ -244,8 +256,8 @@ def method_lines() -> list[str]:
         "probe's own summary); per-iteration samples are the probe's summary of single "
         f"iterations ({SAMPLE_SLOTS} per run, spread evenly).",
         "Threshold: the larger of the minimum effect and z x the spread of the baseline runs' "
-        "medians (log scale; moderated toward the median spread of the same probe and metric's "
-        "cases) x sqrt(1/K + 1/J) for K and J runs, z the normal quantile at 1 - alpha/M over "
+        "medians (log scale; moderated toward the median spread of the same probe, metric and "
+        "scope) x sqrt(1/K + 1/J) for K and J runs, z the normal quantile at 1 - alpha/M over "
         "the M compared case-metrics (Bonferroni).",
         "Noise test: a one-sided Mann-Whitney U test of the iteration samples (scipy.stats), "
         "Benjamini-Hochberg corrected over all case-metrics; q < alpha.",
