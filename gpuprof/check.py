@@ -346,28 +346,40 @@ def trend_points(
     alpha: float = ALPHA,
     window: int = 5,
 ) -> list[TrendPoint]:
-    """Each run against the runs before it since the last step (at most `window` of them; the
-    first run against the baseline, if any): a regression or improvement there is a step,
-    and the next runs compare against the new level."""
+    """Where a change came in. With a baseline, each run is judged against it (the baseline's
+    runs give the noise) and a step is a case whose verdict turns regression or improvement
+    from what it was at the run before. Without one, each run is judged against the runs
+    before it since the last step (at least 2, at most `window`: one run says nothing about
+    the noise), and a regression or improvement there is a step; the next runs compare with
+    the new level."""
     points = []
     start = 0
+    previous: dict[tuple[str, str, str], str] = {}
     for i, side in enumerate(sides):
         values = (
             side.measured.values.groupby(["probe", "metric", "key"], sort=False)
             .agg(value=("value", "median"), case=("case", "first"), better=("better", "first"))
             .reset_index()
         )
-        before = sides[max(start, i - window) : i]
-        reference = (
-            Measured.combine([s.measured for s in before])
-            if before
-            else (baseline.measured if baseline is not None else None)
-        )
         steps = pd.DataFrame()
-        if reference is not None:
-            table = compare(reference, side.measured, min_effect=min_effect, alpha=alpha)
-            steps = table[table["verdict"].isin(["regression", "improvement"])]
-            if len(steps) and before:
-                start = i
+        if baseline is not None:
+            table = compare(baseline.measured, side.measured, min_effect=min_effect, alpha=alpha)
+            now = {
+                (r["probe"], r["metric"], r["key"]): r["verdict"] for r in table.to_dict("records")
+            }
+            moved = [
+                now[k] in ("regression", "improvement") and previous.get(k) != now[k]
+                for k in zip(table["probe"], table["metric"], table["key"], strict=True)
+            ]
+            steps = table[moved]
+            previous = now
+        else:
+            before = sides[max(start, i - window) : i]
+            if len(before) >= 2:
+                reference = Measured.combine([s.measured for s in before])
+                table = compare(reference, side.measured, min_effect=min_effect, alpha=alpha)
+                steps = table[table["verdict"].isin(["regression", "improvement"])]
+                if len(steps):
+                    start = i
         points.append(TrendPoint(name=side.label, values=values, steps=steps))
     return points

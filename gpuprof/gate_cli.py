@@ -264,21 +264,21 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
     "--baseline",
     "baseline_spec",
     metavar="FILE|RUN",
-    help="the band, and what the first run is checked against",
+    help="judge every run against it (else: against the runs before it); its runs' band",
 )
 @click.option("-o", "output", type=click.Path(), help="write the HTML page here")
 @click.option(
     "--window",
     default=5,
     show_default=True,
-    type=click.IntRange(1, 100),
-    help="runs before each run that it is compared with",
+    type=click.IntRange(2, 100),
+    help="without --baseline: the most runs before a run it is compared with",
 )
 @_gate_options
 @out_option
 def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, **kw: Any) -> None:
     """Each case's metrics across runs in order (CI artifacts of successive commits), with the
-    runs where a step came in: each run is compared with the runs before it.
+    runs where a step came in (against --baseline, or else against the runs before each).
 
     Example: gpuprof trend ci-artifacts/ --baseline baseline.json -o trend.html
     """
