@@ -234,6 +234,14 @@ class CheckResult:
     summary: str
 
 
+def environment_notes(a: Side, b: Side, mismatch: str, other: str) -> list[str]:
+    """One note per environment field (prefixed `mismatch`) and per software or suite field
+    (prefixed `other`) in which the two sides differ."""
+    diff = differences(a.fingerprint, b.fingerprint, MUST_MATCH)
+    notes = [f"{mismatch}: {d}" for d in diff]
+    return notes + [f"{other}: {d}" for d in version_notes(a.fingerprint, b.fingerprint)]
+
+
 def environment_check(baseline: Side, candidate: Side, allow_mismatch: bool) -> list[str]:
     """Notes on software differences; a UsageError (exit 2) when the environments differ,
     unless allowed."""
@@ -243,11 +251,9 @@ def environment_check(baseline: Side, candidate: Side, allow_mismatch: bool) -> 
             f"environment differs from the baseline: {'; '.join(diff)}",
             "check on the baseline's machine, make a new baseline, or pass --allow-env-mismatch",
         )
-    notes = [f"environment differs (allowed): {d}" for d in diff]
-    return notes + [
-        f"differs from the baseline: {d}"
-        for d in version_notes(baseline.fingerprint, candidate.fingerprint)
-    ]
+    return environment_notes(
+        baseline, candidate, "environment differs (allowed)", "differs from the baseline"
+    )
 
 
 def run_check(

@@ -237,10 +237,7 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
 
     target = _writable(output)
     a, b = gate.open_side(side_a, kw["out"]), gate.open_side(side_b, kw["out"])
-    notes = [
-        f"the sides differ: {d}"
-        for d in gate.differences(a.fingerprint, b.fingerprint, gate.MUST_MATCH)
-    ] + [f"differs: {d}" for d in gate.version_notes(a.fingerprint, b.fingerprint)]
+    notes = gate.environment_notes(a, b, "the sides differ", "differs")
     table = compare_sides(
         a.measured, b.measured, min_effect=kw["min_effect"] / 100, alpha=kw["alpha"]
     )

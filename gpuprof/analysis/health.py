@@ -18,7 +18,8 @@ import pandas as pd
 
 from gpuprof.analysis import require_columns
 
-_CASE = ["probe", "case_id", "scope", "world_size", "group", "host"]
+# what identifies a case window (a case of one group, on one host)
+CASE_KEYS = ["probe", "case_id", "scope", "world_size", "group", "host"]
 
 
 def per_rank_tx_bytes(op: str, size: int, n: int, group_rank: int) -> float | None:
@@ -36,11 +37,19 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
     """One window per case and host, with the bytes its ranks there had to send."""
     require_columns(
         table,
-        [*_CASE, "rank", "group_rank", "iteration", "start_unix_ns", "end_unix_ns", "warmup_iters"],
+        [
+            *CASE_KEYS,
+            "rank",
+            "group_rank",
+            "iteration",
+            "start_unix_ns",
+            "end_unix_ns",
+            "warmup_iters",
+        ],
         "probe",
     )
     ranks = (
-        table.groupby([*_CASE, "rank"], sort=False)
+        table.groupby([*CASE_KEYS, "rank"], sort=False)
         .agg(
             start=("start_unix_ns", "min"),
             end=("end_unix_ns", "max"),
@@ -76,7 +85,7 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
     else:
         ranks["expected_tx_bytes"] = np.nan
     windows = (
-        ranks.groupby(_CASE, sort=False)
+        ranks.groupby(CASE_KEYS, sort=False)
         .agg(
             start_ns=("start", "min"),
             end_ns=("end", "max"),

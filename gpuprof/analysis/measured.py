@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpuprof import registry
 from gpuprof.analysis import RunTables
+from gpuprof.analysis.health import CASE_KEYS
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.units import format_size
 
@@ -158,7 +159,7 @@ def _case_flags(
         throttled: dict[str, bool] = {}
         joinable = [k for k in keys if k in raw.columns]
         if len(attributed) and "throttled" in attributed and joinable == keys:
-            on = ["probe", "case_id", "scope", "world_size", "group", "host"]
+            on = CASE_KEYS
             merged = raw[[*set(keys) | set(on)]].merge(attributed[[*on, "throttled"]], on=on)
             if len(merged):
                 by = merged.groupby(keys, dropna=False)["throttled"].any()

@@ -16,7 +16,7 @@ from gpuprof import registry
 from gpuprof.analysis.regression import FAILING, verdict_counts
 from gpuprof.check import TrendPoint
 from gpuprof.errors import UsageError
-from gpuprof.reports.html import _ENV
+from gpuprof.reports.html import TEMPLATES
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed
 from gpuprof.reports.verdicts import EXPLAIN, rows
 from gpuprof.units import format_size
@@ -191,7 +191,7 @@ def render_compare(
         ],
     )
     verdict, bad = _counts(table)
-    return _ENV.get_template("compare.html.j2").render(
+    return TEMPLATES.get_template("compare.html.j2").render(
         title=f"gpuprof compare — {names[0]} vs {names[1]}",
         subtitle=f"baseline {names[0]} · candidate {names[1]}",
         verdict=verdict,
@@ -368,7 +368,7 @@ def render_trend(
         blocks.append(Note(text="No step: every run is within the noise of the runs before it."))
     lead = Section(title="Steps", anchor="steps", blocks=blocks)
     count = 0 if found is None else len(found)
-    return _ENV.get_template("compare.html.j2").render(
+    return TEMPLATES.get_template("compare.html.j2").render(
         title=f"gpuprof trend — {len(points)} runs",
         subtitle=f"{points[0].name} … {points[-1].name}",
         verdict=f"{count} step(s) found across {len(points)} runs",

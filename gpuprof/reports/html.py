@@ -19,7 +19,7 @@ from gpuprof.units import format_size
 
 REPORT_NAME = "report.html"
 
-_ENV = jinja2.Environment(
+TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("gpuprof.reports", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
@@ -117,7 +117,7 @@ def render_report(run: Run) -> str:
     method = general_method(info)
     for section in sections:
         method += [line for line in section.method if line not in method]
-    return _ENV.get_template("report.html.j2").render(
+    return TEMPLATES.get_template("report.html.j2").render(
         run_id=info.get("run_id", run.path.name),
         created=info.get("created_utc", ""),
         world_size=info.get("world_size"),
