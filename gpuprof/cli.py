@@ -87,6 +87,12 @@ def _launch_options(func: Any) -> Any:
             type=float,
             help="samples per second of each node's NVML and host counters",
         ),
+        click.option(
+            "--link-gbps",
+            type=click.FloatRange(0, min_open=True),
+            help="each node's network rate in Gbit/s for the time estimate, where the NIC's "
+            "line rate is not what the path gives (shaped or shared links) [default: the NIC's]",
+        ),
         click.option("--no-telemetry", is_flag=True, help="do not sample counters"),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),

@@ -202,6 +202,24 @@ def nics() -> list[dict[str, Any]]:
     return found
 
 
+SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def link_gbps() -> float | None:
+    """The line rate (Gbit/s) of the interface ranks talk to other nodes over: the one that
+    NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names (an exact name or a prefix; `^` excludes),
+    else the fastest interface that is up, not loopback and reports a rate. None if none does.
+    """
+    found = [n for n in nics() if n["up"] and n["speed_mbps"] > 0 and n["name"] != "lo"]
+    for var in SOCKET_IFNAME_VARS:
+        wanted = [w.lstrip("=") for w in os.environ.get(var, "").split(",") if w.strip()]
+        if wanted and not wanted[0].startswith("^"):
+            named = [n for n in found if any(n["name"].startswith(w) for w in wanted)]
+            if named:
+                return float(max(n["speed_mbps"] for n in named)) / 1e3
+    return max((n["speed_mbps"] for n in found), default=0) / 1e3 or None
+
+
 def topology(nic_names: list[str]) -> dict[str, Any] | None:
     """GPU-to-GPU and GPU-to-NIC topology (None without NVML)."""
     nvml = _nvml()

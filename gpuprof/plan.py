@@ -20,7 +20,7 @@ from gpuprof.params import ProbeParams, check_choices
 SUITES = registry.SUITES
 DEVICES = ("auto", "cuda", "cpu")
 _SHAPE_FIELDS = ("num_nodes", "gpus_per_node", "device", "suite", "probes")
-_RUN_FIELDS = ("case_timeout_s", "telemetry_hz")
+_RUN_FIELDS = ("case_timeout_s", "telemetry_hz", "link_gbps")
 
 P = TypeVar("P", bound=ProbeParams)
 
@@ -40,6 +40,7 @@ class SweepPlan:
     params: Mapping[str, ProbeParams] = field(default_factory=dict)
     case_timeout_s: float = 300.0
     telemetry_hz: float = 10.0  # one sampler per node; 0 turns telemetry off
+    link_gbps: float | None = None  # each node's network rate the estimate assumed
 
     def __post_init__(self) -> None:
         specs = registry.specs()
@@ -61,6 +62,10 @@ class SweepPlan:
             raise UsageError(
                 f"--timeout must be a positive number of seconds, got {self.case_timeout_s}"
             )
+        if self.link_gbps is not None and not (
+            math.isfinite(self.link_gbps) and self.link_gbps > 0
+        ):
+            raise UsageError(f"--link-gbps must be a positive number, got {self.link_gbps}")
         if not 0 <= self.telemetry_hz <= 1000:
             raise UsageError(f"--telemetry-hz must be between 0 and 1000, got {self.telemetry_hz}")
         for name in self.probes:
@@ -105,7 +110,13 @@ class SweepPlan:
 def estimates(plan: SweepPlan) -> list[registry.Estimate]:
     """Each probe's cases and estimated seconds in this plan's job."""
     return [
-        registry.estimate(registry.get(name), plan.params[name], plan.num_nodes, plan.gpus_per_node)
+        registry.estimate(
+            registry.get(name),
+            plan.params[name],
+            plan.num_nodes,
+            plan.gpus_per_node,
+            plan.link_gbps,
+        )
         for name in plan.probes
     ]
 
@@ -125,6 +136,7 @@ def build_plan(
     device: str,
     timeout: float = 300.0,
     telemetry_hz: float = 10.0,
+    link_gbps: float | None = None,
 ) -> SweepPlan:
     """The plan for a job of `nodes` x `gpus` ranks on `device` (cpu or cuda): each probe's
     suite preset for the device with the options given applied (None = not given). No
@@ -133,7 +145,7 @@ def build_plan(
     probes = probes or registry.suite_probes(suite, device)
     check_choices("probe", probes, registry.names())
     params = {
-        name: registry.params_for(spec, suite, device, opts)
+        name: registry.params_for(spec, suite, device, opts, nodes, gpus)
         for name, spec in registry.specs().items()
     }
     return SweepPlan(
@@ -145,4 +157,5 @@ def build_plan(
         params=params,
         case_timeout_s=timeout,
         telemetry_hz=telemetry_hz,
+        link_gbps=link_gbps,
     )

@@ -97,6 +97,12 @@ class ProbeSpec:
     # case costs beyond its time budget (setup, warmup, check: measured on 2 CPU ranks here)
     count_cases: Callable[[ProbeParams, int, int], int]
     case_overhead_s: float
+    # per case, in order: the bytes each node's NIC sends in one iteration (the estimate's
+    # network term on a job of num_nodes x gpus_per_node; None: the probe barely uses it)
+    link_bytes: Callable[[ProbeParams, int, int], list[float]] | None = None
+    # the suite's preset fitted to the job: (preset, suite, device, num_nodes, gpus_per_node)
+    # -> parameters (the quick suite keeps to its time as nodes and ranks grow)
+    for_job: Callable[[ProbeParams, str, str, int, int], ProbeParams] | None = None
     rank_module: str  # the rank side: a module with run(ctx, params, num_nodes, gpus_per_node)
     summarize: str  # "module:function", (run) -> one summary row per case (`gpuprof show`)
     columns: tuple[tuple[str, str], ...]  # (summary column, terminal title)
@@ -201,16 +207,29 @@ def parse_option(option: Option, raw: Any) -> Any:
         raise UsageError(f"invalid {option.flag} {raw!r}: {exc}", option.help) from None
 
 
-def preset(spec: ProbeSpec, suite: str, device: str) -> ProbeParams:
-    """The probe's parameters in `suite` on `device`. A probe outside the `ci` suite on every
-    device, named anyway, runs its quick preset there."""
-    return spec.suite("quick" if suite == "ci" and not spec.ci_devices else suite, device)
+def preset(
+    spec: ProbeSpec, suite: str, device: str, num_nodes: int = 1, gpus_per_node: int = 1
+) -> ProbeParams:
+    """The probe's parameters in `suite` on `device` for a job of num_nodes x gpus_per_node.
+    A probe outside the `ci` suite on every device, named anyway, runs its quick preset."""
+    suite = "quick" if suite == "ci" and not spec.ci_devices else suite
+    params = spec.suite(suite, device)
+    if spec.for_job is not None:
+        params = spec.for_job(params, suite, device, num_nodes, gpus_per_node)
+    return params
 
 
-def params_for(spec: ProbeSpec, suite: str, device: str, opts: Mapping[str, Any]) -> ProbeParams:
-    """The probe's parameters: the suite's preset for the device, then the options given
-    (None = not given; the iteration options apply to every probe)."""
-    base = preset(spec, suite, device)
+def params_for(
+    spec: ProbeSpec,
+    suite: str,
+    device: str,
+    opts: Mapping[str, Any],
+    num_nodes: int = 1,
+    gpus_per_node: int = 1,
+) -> ProbeParams:
+    """The probe's parameters: the suite's preset for the device and job, then the options
+    given (None = not given; the iteration options apply to every probe)."""
+    base = preset(spec, suite, device, num_nodes, gpus_per_node)
     changes: dict[str, Any] = {}
     for option in (*spec.options, *ITERATION_OPTIONS):
         raw = opts.get(option.name)
@@ -239,10 +258,23 @@ class Estimate:
     seconds: float
 
 
-def estimate(spec: ProbeSpec, params: ProbeParams, num_nodes: int, gpus_per_node: int) -> Estimate:
-    """Cases x (time budget + the probe's per-case overhead). A lower bound where a case's
-    minimum iterations outlast its budget (large sizes over a slow link)."""
+def estimate(
+    spec: ProbeSpec,
+    params: ProbeParams,
+    num_nodes: int,
+    gpus_per_node: int,
+    link_gbps: float | None = None,
+) -> Estimate:
+    """Cases x (time budget + the probe's per-case overhead), plus, on more than one node with
+    the link rate known, what the network adds: a case of t seconds per iteration on the link
+    runs its warmup, its correctness check (one more iteration) and at least its minimum
+    iterations, so it adds (warmup + check) x t and whatever of min_iters x t its budget does
+    not cover. Without the link rate, a lower bound."""
     cases = spec.count_cases(params, num_nodes, gpus_per_node)
-    return Estimate(
-        probe=spec.name, cases=cases, seconds=cases * (params.budget_s + spec.case_overhead_s)
-    )
+    seconds = cases * (params.budget_s + spec.case_overhead_s)
+    if num_nodes > 1 and link_gbps and spec.link_bytes is not None:
+        for nbytes in spec.link_bytes(params, num_nodes, gpus_per_node):
+            per_iter = nbytes * 8 / (link_gbps * 1e9)
+            seconds += (params.warmup_iters + bool(getattr(params, "check", False))) * per_iter
+            seconds += max(0.0, params.min_iters * per_iter - params.budget_s)
+    return Estimate(probe=spec.name, cases=cases, seconds=seconds)

@@ -52,6 +52,7 @@ class SweepRequest:
     resume: str | None = None
     report: bool = True
     force: bool = False  # more CPU ranks per node than CPU_RANKS_PER_CORE per core
+    link_gbps: float | None = None  # the estimate's network rate (default: the NIC's)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +103,18 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
         device=device,
         timeout=request.timeout,
         telemetry_hz=request.telemetry_hz,
+        link_gbps=_link_gbps(request, nodes),
     )
+
+
+def _link_gbps(request: SweepRequest, nodes: int) -> float | None:
+    """The network rate the estimate assumes: --link-gbps, else (on more than one node) the
+    line rate of the interface the ranks talk over."""
+    if request.link_gbps is not None or nodes == 1:
+        return request.link_gbps
+    from gpuprof.env import link_gbps
+
+    return link_gbps()
 
 
 def _config(request: SweepRequest, kind: str) -> LaunchConfig:
@@ -133,10 +145,16 @@ def estimate_lines(plan: SweepPlan) -> list[str]:
     from gpuprof.plan import estimated_seconds, estimates
 
     lines = [f"# {e.probe}: {e.cases} cases, about {e.seconds:.0f} s" for e in estimates(plan)]
+    if plan.num_nodes == 1:
+        network = ""
+    elif plan.link_gbps:
+        network = f", + the bytes each case's iterations send over a {plan.link_gbps:g} Gbit/s link"
+    else:
+        network = "; the network's time is not included (its rate is unknown: --link-gbps)"
     lines.append(
         f"# in all about {estimated_seconds(plan):.0f} s on {plan.num_nodes} x "
         f"{plan.gpus_per_node} ranks (time budgets + per-case overheads measured on CPU ranks, "
-        "+ launch and report; more where a case's minimum iterations outlast its budget)"
+        f"+ launch and report{network})"
     )
     return lines
 

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,6 +92,18 @@ class Cluster:
         receiver = [line for line in result.stdout.splitlines() if "receiver" in line][-1]
         kbits = float(re.findall(r"([\d.]+) Kbits/sec", receiver)[0])
         return kbits * 1e3 / 8 / 1e6
+
+
+def manual_sweep_argv(
+    nodes: int, gpus: int, node: int, master: str, port: int, out: Path, extra: list[str]
+) -> list[str]:
+    """`gpuprof sweep --launcher manual` for node `node` of a CPU job, its run under `out`."""
+    return [
+        sys.executable, "-m", "gpuprof", "sweep", "--launcher", "manual",
+        "--nodes", str(nodes), "--gpus", str(gpus), "--node-rank", str(node),
+        "--master-addr", master, "--master-port", str(port), "--device", "cpu",
+        "--out", str(out), *extra,
+    ]  # fmt: skip
 
 
 @contextmanager

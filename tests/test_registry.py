@@ -182,3 +182,93 @@ def test_dry_run_says_what_it_will_run_and_how_long(gp: Any, tmp_path: Path) -> 
     assert any(line.startswith("# collectives: ") and " cases, about " in line for line in lines)
     assert any(line.startswith("# in all about ") for line in lines)
     assert not (tmp_path / "r").exists()
+
+
+def test_the_quick_suite_thins_on_more_than_one_node() -> None:
+    """Across nodes the quick suite's heaviest probes keep to a few minutes; one node keeps
+    the suite as it is, and the standard suite is never thinned."""
+    one = build_plan((), {}, nodes=1, gpus=2, suite="quick", device="cpu")
+    two = build_plan((), {}, nodes=2, gpus=2, suite="quick", device="cpu", link_gbps=0.2)
+    for name in NAMES:
+        assert one.params[name] == registry.get(name).suite("quick", "cpu"), name
+    coll = two.params["collectives"]
+    assert coll.sizes == (1 << 10, 32 << 10, 1 << 20)  # type: ignore[attr-defined]
+    assert (coll.warmup_iters, coll.min_iters) == (1, 3)
+    assert two.params["ddp"].variants == ("default", "hook=fp16")  # type: ignore[attr-defined]
+    assert two.params["pipeline"].micro_batch_counts(4) == (4,)  # type: ignore[attr-defined]
+    gpu = build_plan((), {}, nodes=2, gpus=8, suite="quick", device="cuda")
+    assert max(gpu.params["collectives"].sizes) == 1 << 30  # type: ignore[attr-defined]
+    standard = build_plan((), {}, nodes=2, gpus=2, suite="standard", device="cpu")
+    assert standard.params["collectives"] == registry.get("collectives").suite("standard", "cpu")
+    # the estimate, which knows the 200 Mbit/s link, is within the 2-minute goal
+    from gpuprof.plan import estimated_seconds
+
+    assert estimated_seconds(two) < 120
+    full_quick = build_plan(
+        (),
+        {"min_bytes": "1K", "max_bytes": "16M", "factor": 4.0, "warmup_iters": 3, "min_iters": 5},
+        nodes=2,
+        gpus=2,
+        suite="quick",
+        device="cpu",
+        link_gbps=0.2,
+    )
+    assert estimated_seconds(full_quick) > 3 * estimated_seconds(two)
+
+
+def test_the_estimate_adds_what_the_link_takes() -> None:
+    """One all_reduce of 8 MiB over the inter scope of 2 nodes at 0.1 Gbit/s: the ring sends
+    2 x (n-1)/n x S = S per NIC per iteration, t = S x 8 / 1e8 s; the case adds (warmup +
+    check) x t and min_iters x t less the budget it already counts."""
+    from gpuprof.specs.collectives import CollectivesParams
+
+    spec = registry.get("collectives")
+    params = CollectivesParams(
+        ops=("all_reduce",),
+        sizes=(8 << 20,),
+        scopes=("inter",),
+        warmup_iters=1,
+        min_iters=3,
+        budget_s=0.1,
+    )
+    t = (8 << 20) * 8 / 1e8
+    base = 0.1 + spec.case_overhead_s
+    assert registry.estimate(spec, params, 2, 1).seconds == pytest.approx(base)
+    found = registry.estimate(spec, params, 2, 1, link_gbps=0.1).seconds
+    assert found == pytest.approx(base + 2 * t + 3 * t - 0.1)
+    # rails: both local ranks' rings cross the same NIC at once
+    rails = CollectivesParams(
+        ops=("all_reduce",), sizes=(8 << 20,), scopes=("rails",), warmup_iters=0, min_iters=1
+    )
+    found = registry.estimate(spec, rails, 2, 2, link_gbps=0.1).seconds
+    assert found == pytest.approx(rails.budget_s + spec.case_overhead_s + 2 * t + 2 * t - 0.1)
+
+
+def test_the_link_rate_is_the_interface_the_ranks_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof import env
+
+    nics = [
+        {"name": "lo", "up": True, "speed_mbps": 0},
+        {"name": "eth0", "up": True, "speed_mbps": 1000},
+        {"name": "ib0", "up": True, "speed_mbps": 200000},
+        {"name": "eth9", "up": False, "speed_mbps": 400000},
+    ]
+    monkeypatch.setattr(env, "nics", lambda: nics)
+    for var in env.SOCKET_IFNAME_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert env.link_gbps() == 200.0  # the fastest one up
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth")
+    assert env.link_gbps() == 1.0  # a prefix, as NCCL and gloo read it
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "^eth")
+    assert env.link_gbps() == 1.0  # an exclusion list names no interface: the next variable
+    monkeypatch.setattr(env, "nics", lambda: nics[:1])
+    assert env.link_gbps() is None
+
+
+def test_dry_run_on_nodes_names_the_link_rate(gp: Any, tmp_path: Path) -> None:
+    common = ["sweep", "--device", "cpu", "--nodes", "2", "--launcher", "manual"]
+    common += ["--master-addr", "127.0.0.1", "--dry-run", "--out", str(tmp_path / "r")]
+    result = gp(*common, "--link-gbps", "0.2")
+    assert result.code == 0, result.out
+    assert "over a 0.2 Gbit/s link" in result.out
+    assert not (tmp_path / "r").exists()

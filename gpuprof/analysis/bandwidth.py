@@ -15,19 +15,7 @@ import pandas as pd
 
 from gpuprof.analysis import RunTables, gpu_model, require_columns
 from gpuprof.hardware import gpu_peaks
-
-
-def bus_factor(op: str, num_ranks: int) -> float:
-    """nccl-tests bus bandwidth factor for `op` on `num_ranks` ranks."""
-    n = num_ranks
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise ValueError(f"no bus factor for op {op!r}")
-
+from gpuprof.specs.collectives import bus_factor
 
 SUMMARY_KEYS = [
     "case_id",

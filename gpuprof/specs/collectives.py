@@ -4,7 +4,7 @@ out-of-place and in-place, every scope of the job."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuprof.errors import UsageError
@@ -83,12 +83,61 @@ class CollectivesParams(ProbeParams):
             )
 
 
+def bus_factor(op: str, num_ranks: int) -> float:
+    """nccl-tests bus bandwidth factor for `op` on `num_ranks` ranks: busbw = algbw x factor
+    is what each rank sends per byte of the size column (a ring's per-link traffic)."""
+    n = num_ranks
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    raise ValueError(f"no bus factor for op {op!r}")
+
+
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     """Cases one after another: every scope's cases (its groups run at the same time)."""
     assert isinstance(params, CollectivesParams)
     per_scope = sum(len(modes_for(op, params.modes)) for op in params.ops)
     per_scope *= len(params.dtypes) * len(params.sizes)
     return per_scope * len(scope_groups(num_nodes, gpus_per_node, params.scopes))
+
+
+def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[float]:
+    """Per case: bytes each node's NIC sends per iteration. A group spanning nodes is taken as
+    a ring with each node's ranks adjacent, so it crosses each NIC once with the op's bus
+    factor x S; concurrent groups (rails) add up on the NIC."""
+    assert isinstance(params, CollectivesParams)
+    out = []
+    for spec in scope_groups(num_nodes, gpus_per_node, params.scopes):
+        crossing = len(spec.members) if spec.num_nodes > 1 else 0
+        for op in params.ops:
+            per_size = [
+                crossing * bus_factor(op, spec.world_size) * size
+                for _ in modes_for(op, params.modes)
+                for _ in params.dtypes
+                for size in params.sizes
+            ]
+            out.extend(per_size)
+    return out
+
+
+def quick_for_job(
+    params: ProbeParams, suite: str, device: str, num_nodes: int, gpus_per_node: int
+) -> ProbeParams:
+    """The quick suite on more than one node, where every scope but intra waits on the network
+    and a large size's minimum iterations over a slow link outlast the budget: one warmup, 3
+    timed iterations at least, and sizes a factor 16 apart on GPU (1 KiB to 1 GiB) or 32 apart
+    on CPU (1 KiB, 32 KiB, 1 MiB: gloo over TCP is bandwidth-bound from about 1 MiB)."""
+    assert isinstance(params, CollectivesParams)
+    if suite != "quick" or num_nodes == 1:
+        return params
+    if device == "cuda":
+        sizes = size_range(1 << 10, max(params.sizes), 16)
+    else:
+        sizes = [1 << 10, 32 << 10, 1 << 20]
+    return replace(params, sizes=tuple(sizes), warmup_iters=1, min_iters=3)
 
 
 def suite_collectives(suite: str, device: str) -> CollectivesParams:
@@ -187,6 +236,8 @@ SPEC = ProbeSpec(
     adjust=_sizes,
     count_cases=count_cases,
     case_overhead_s=0.04,
+    link_bytes=link_bytes,
+    for_job=quick_for_job,
     rank_module="gpuprof.probes.collectives",
     summarize="gpuprof.analysis.bandwidth:summarize_run",
     columns=(

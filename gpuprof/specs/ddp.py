@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuprof.errors import UsageError
@@ -142,6 +142,19 @@ def suite_ddp(suite: str, device: str) -> DDPParams:
     return DDPParams(model_params=size, budget_s=3.0)
 
 
+def quick_for_job(
+    params: ProbeParams, suite: str, device: str, num_nodes: int, gpus_per_node: int
+) -> ProbeParams:
+    """The quick suite on more than one node, where every variant's case at the job's size
+    all-reduces over the network: the first variant and the 16-bit gradient hooks only
+    (the variant that halves the bytes on the wire)."""
+    assert isinstance(params, DDPParams)
+    if suite != "quick" or num_nodes == 1:
+        return params
+    keep = [v for v in params.variants[1:] if parse_variant(v)["hook"] in ("fp16", "bf16")]
+    return replace(params, variants=(params.variants[0], *keep))
+
+
 def ddp_scopes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[GroupSpec]:
     """Weak scaling: one rank alone (n=1), each node's 2, 4, .. G ranks, one rank per node,
     and every rank; without scaling, every rank only."""
@@ -160,6 +173,24 @@ def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     assert isinstance(params, DDPParams)
     scopes = ddp_scopes(num_nodes, gpus_per_node, params.scaling)
     return len(scopes) - 1 + len(params.variants)
+
+
+def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[float]:
+    """Per case: bytes each node's NIC sends per round, where the group spans nodes: a round
+    all-reduces the gradients twice (the DDP step and the communication-only step), as a
+    ring: 2 x (n-1)/n x gradient bytes each (2-byte gradients with a 16-bit hook)."""
+    assert isinstance(params, DDPParams)
+    scopes = ddp_scopes(num_nodes, gpus_per_node, params.scaling)
+    cases = [(spec, params.variants[0]) for spec in scopes[:-1]]
+    cases += [(scopes[-1], variant) for variant in params.variants]
+    out = []
+    for spec, variant in cases:
+        hook = parse_variant(variant)["hook"]
+        grad_bytes = params.model_params * (2 if hook in ("fp16", "bf16") else 4)
+        crossing = len(spec.members) if spec.num_nodes > 1 else 0
+        n = spec.world_size
+        out.append(crossing * 2 * 2 * (n - 1) / n * grad_bytes)
+    return out
 
 
 _KEYS = ("scope", "world_size", "group", "case_id")
@@ -218,6 +249,8 @@ SPEC = ProbeSpec(
         ),
     ),
     count_cases=count_cases,
+    link_bytes=link_bytes,
+    for_job=quick_for_job,
     case_overhead_s=1.7,  # building the model, its twin and warmup steps
     rank_module="gpuprof.probes.ddp",
     summarize="gpuprof.analysis.ddp:summarize_run",

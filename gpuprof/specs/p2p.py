@@ -3,7 +3,7 @@ rounds of disjoint pairs, each pair classified by its link."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv
@@ -39,6 +39,19 @@ def suite_p2p(suite: str, device: str) -> P2PParams:
     gpu = device == "cuda"
     size = (256 << 20) if gpu else {"quick": 4 << 20, "standard": 16 << 20, "full": 16 << 20}[suite]
     return P2PParams(size_bytes=size, budget_s=0.1 if suite == "quick" else 0.5)
+
+
+def quick_for_job(
+    params: ProbeParams, suite: str, device: str, num_nodes: int, gpus_per_node: int
+) -> ProbeParams:
+    """The quick suite on more than one node: one warmup and 3 timed iterations at least per
+    pair round (most rounds cross the network), and on CPU 1 MiB per transfer (gloo over
+    TCP is bandwidth-bound from about 1 MiB)."""
+    assert isinstance(params, P2PParams)
+    if suite != "quick" or num_nodes == 1:
+        return params
+    size = params.size_bytes if device == "cuda" else 1 << 20
+    return replace(params, size_bytes=size, warmup_iters=1, min_iters=3)
 
 
 def round_robin(items: list[int]) -> list[list[tuple[int, int]]]:
@@ -86,6 +99,23 @@ def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     return len(params.modes) * len(pair_rounds(num_nodes, gpus_per_node))
 
 
+def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[float]:
+    """Per case (mode x round): bytes the busiest node's NIC sends per iteration: the size for
+    each of its cross-node pairs (bidir: both ends send; latency: negligible)."""
+    assert isinstance(params, P2PParams)
+    out: list[float] = []
+    for mode in params.modes:
+        for pairs in pair_rounds(num_nodes, gpus_per_node):
+            sends = [0] * num_nodes
+            for a, b in pairs:
+                if a // gpus_per_node != b // gpus_per_node and mode != "latency":
+                    sends[a // gpus_per_node] += 1
+                    if mode == "bidir":
+                        sends[b // gpus_per_node] += 1
+            out.append(float(max(sends) * params.size_bytes))
+    return out
+
+
 _KEYS = ("mode", "rank_a", "rank_b", "size_bytes")
 
 SPEC = ProbeSpec(
@@ -106,6 +136,8 @@ SPEC = ProbeSpec(
         ),
     ),
     count_cases=count_cases,
+    link_bytes=link_bytes,
+    for_job=quick_for_job,
     case_overhead_s=0.03,
     rank_module="gpuprof.probes.p2p",
     summarize="gpuprof.analysis.p2p:summarize_run",

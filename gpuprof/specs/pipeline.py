@@ -3,7 +3,7 @@ measured bubble against theory over a micro-batch sweep, and stage imbalance."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv, floats, ints, positive_int
@@ -88,6 +88,17 @@ def suite_pipeline(suite: str, device: str) -> PipelineParams:
     return PipelineParams(stage_layers=4 if quick else 16, budget_s=budget, mb_factors=factors)
 
 
+def quick_for_job(
+    params: ProbeParams, suite: str, device: str, num_nodes: int, gpus_per_node: int
+) -> ProbeParams:
+    """The quick suite beyond 2 stages: m = p only (a step of m micro-batches takes about
+    m + p - 1 micro-batch times, so m = 2p grows with the world size); 2 stages keep m = 2p."""
+    assert isinstance(params, PipelineParams)
+    if suite != "quick" or num_nodes * gpus_per_node <= 2:
+        return params
+    return replace(params, mb_factors=params.mb_factors[:1])
+
+
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     """Every schedule at every micro-batch count, all ranks as one pipeline."""
     assert isinstance(params, PipelineParams)
@@ -153,6 +164,7 @@ SPEC = ProbeSpec(
         ),
     ),
     count_cases=count_cases,
+    for_job=quick_for_job,
     case_overhead_s=0.3,
     rank_module="gpuprof.probes.pipeline",
     summarize="gpuprof.analysis.pipeline:summarize_run",
