@@ -24,6 +24,7 @@ from gpuprof.options import (
 )
 from gpuprof.params import csv
 from gpuprof.plan import DEVICES, SUITES
+from gpuprof.predict_cli import PREDICT_COMMANDS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -336,7 +337,7 @@ def env_command(fmt: str) -> None:
         click.echo(gpuenv.format_description(info))
 
 
-for _command in GATE_COMMANDS:
+for _command in (*GATE_COMMANDS, *PREDICT_COMMANDS):
     cli.add_command(_command)
 
 

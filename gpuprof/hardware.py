@@ -88,3 +88,63 @@ def nic_gbps(speed_mbps: int | None) -> float | None:
 def pct_of_peak(measured: float, peak: float | None) -> float | None:
     """measured / peak in percent, or None when the peak is unknown."""
     return None if not peak else 100.0 * measured / peak
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePreset:
+    """A node `gpuprof predict --hardware NAME` predicts on: its GPUs, the all_reduce busbw a
+    full node reaches (ring), and its network per GPU. Hop latencies: the intra one from the
+    small all_reduce floor of a full node (about 15 us over 2(8-1) ring hops); the inter one
+    is an assumption (an RDMA message and NCCL's proxy, a few microseconds), to which DDP's
+    megabyte buckets are insensitive."""
+
+    name: str
+    gpu: str  # a name gpu_peaks() knows
+    gpus: int
+    intra_busbw_gbps: float  # GB/s, ring all_reduce of a full node (nccl-tests)
+    nic_busbw_gbps: float  # GB/s per GPU across nodes (its NIC's share, nccl-tests busbw)
+    intra_hop_us: float = 1.0
+    inter_hop_us: float = 5.0
+    source: str = ""
+
+
+NODES = {
+    preset.name: preset
+    for preset in (
+        NodePreset(
+            name="dgx-a100",
+            gpu="A100-SXM4-80GB",
+            gpus=8,
+            intra_busbw_gbps=232,
+            nic_busbw_gbps=24,
+            source="8x A100 NVLink3 ring all_reduce busbw ~232 GB/s (nccl-tests #175); "
+            "8x HDR 200 Gbit/s, ~24 GB/s busbw per NIC (nccl-tests #119)",
+        ),
+        NodePreset(
+            name="dgx-h100",
+            gpu="H100 80GB HBM3",
+            gpus=8,
+            intra_busbw_gbps=370,
+            nic_busbw_gbps=47,
+            source="8x H100 NVLink4 ring all_reduce busbw ~370 GB/s (nccl #2140); "
+            "8x NDR 400 Gbit/s, 46-49 GB/s busbw per NIC (nccl-tests #290, #267)",
+        ),
+        NodePreset(
+            name="a100-100gbe",
+            gpu="A100-SXM4-80GB",
+            gpus=8,
+            intra_busbw_gbps=232,
+            nic_busbw_gbps=100 / 8 / 8,
+            source="8x A100 NVLink3 (as dgx-a100) and one 100 Gbit/s Ethernet NIC per node, "
+            "its line rate shared by the 8 GPUs",
+        ),
+    )
+}
+
+
+def node_preset(name: str) -> NodePreset:
+    """The preset called `name`; a ValueError naming the choices otherwise."""
+    found = NODES.get(name)
+    if found is None:
+        raise ValueError(f"unknown hardware {name!r}: choose from {', '.join(NODES)}")
+    return found

@@ -153,6 +153,20 @@ OTHER = [
     (["env", "--format", "xml"], "Invalid value for '--format'"),
     (["--debug", "sweep", "--device", "cpu", "--gpus", "0"], "--gpus must be at least 1"),
     (["sweep", "--debug", "--device", "cpu", "--timeout", "nan"], "--timeout must be"),
+    (["predict", "nope"], "no run 'nope'"),
+    (["predict", "RUN"], "no collective measured at 2 or more sizes"),
+    (["predict", "RUN", "--nodes", "0"], "invalid --nodes"),
+    (["predict", "RUN", "--nodes", ""], "invalid --nodes"),
+    (["predict", "RUN", "--nodes", "2,,4"], "invalid --nodes"),
+    (["predict", "RUN", "--hidden", "100", "--layers", "2"], "--hidden must be a multiple of 64"),
+    (["predict", "RUN", "--hidden", "128"], "--hidden and --layers go together"),
+    (["predict", "RUN", "--network-gbps", "nan"], "--network-gbps must be a positive number"),
+    (["predict", "RUN", "--compute-ms", "-1"], "--compute-ms must be a positive number"),
+    (["predict", "RUN", "--hardware", "dgx-z"], "Invalid value for '--hardware'"),
+    (["predict", "RUN", "--model-params", "lots"], "invalid count"),
+    (["predict", "RUN", "--micro-batches", "0"], "--micro-batches must be positive"),
+    (["predict", "RUN", "--sizes", "1K,,2K"], "size"),
+    (["predict", "RUN", "--gpus", "0"], "Invalid value for '--gpus'"),
 ]
 
 

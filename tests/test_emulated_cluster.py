@@ -295,3 +295,31 @@ def test_check_flags_a_slower_link_on_the_cases_that_cross_it(tmp_path: Path) ->
     # in one run while the link cases moved by exactly -20%): its thresholds are the wide
     # ones, and its verdicts are not asserted
     assert min(c["threshold_pct"] for c in intra) > max(c["threshold_pct"] for c in crossing)
+
+
+def test_predict_holds_for_node_counts_it_did_not_fit(tmp_path: Path) -> None:
+    """Fit all_reduce on 2 nodes (one rank each), predict 3, measure 3: the busbw of every size
+    of at least 1 MiB within 15% (the acceptance goal; measured here about 1-4%)."""
+    from gpuprof.analysis.fits import fit_collectives
+    from gpuprof.analysis.scaling import links_for, predict_collective
+
+    plan = [
+        "--probes", "collectives", "-o", "all_reduce", "--sizes", "1K,8K,64K,256K,1M,4M",
+        "--scopes", "global", "--budget-ms", "200", "--min-iters", "5", "--warmup", "2",
+        "--no-report", "--no-telemetry",
+    ]  # fmt: skip
+    summaries = {}
+    for nodes in (2, 3):
+        folder = tmp_path / f"nodes{nodes}"
+        folder.mkdir()
+        with emulated_cluster(nodes, f"{RATE_MBIT}mbit") as cluster:
+            assert manual_sweep(cluster, folder, plan, gpus=1) == [0] * nodes, logs(folder, nodes)
+        summaries[nodes] = summarize_run(open_run("latest", folder / "n0"), "collectives")
+    fits, _ = fit_collectives(summaries[2])
+    links = links_for(fits, "all_reduce", "float32")
+    held = summaries[3][summaries[3]["size_bytes"] >= 1 << 20]
+    assert not held.empty
+    for size, busbw in zip(held["size_bytes"], held["busbw_gbps"], strict=True):
+        got = predict_collective(links, "all_reduce", 3, 1, float(size), "gloo")
+        print(f"3 nodes, {size} B: predicted {got.busbw_gbps:.4f} GB/s, measured {busbw:.4f}")
+        assert abs(got.busbw_gbps / busbw - 1) < 0.15

@@ -135,6 +135,8 @@ def test_read_only_commands_do_not_import_torch() -> None:
         "import sys; from gpuprof.cli import main; "
         "main(['show', 'tests/data/p2p-mesh-slow-link', '--table', 'p2p']); "
         "main(['show', '--help']); "
+        "main(['predict', 'tests/data/p2p-mesh-slow-link']); "
+        "main(['report', 'tests/data/p2p-mesh-slow-link', '-o', '/dev/null']); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     done = subprocess.run(

@@ -26,6 +26,9 @@ TEMPLATES = jinja2.Environment(
 )
 TELEMETRY_SECTION = "gpuprof.reports.sections.telemetry:section"
 TELEMETRY_ADVICE = "gpuprof.advice.telemetry:findings"
+# across probes: predictions from the collectives' fits and the DDP and pipeline probes
+SCALING_SECTION = "gpuprof.reports.sections.scaling:section"
+SCALING_ADVICE = "gpuprof.advice.scaling:findings"
 
 
 def general_method(info: dict[str, Any]) -> list[str]:
@@ -87,8 +90,9 @@ def _fallback_verdict(info: dict[str, Any], tables: list[str]) -> tuple[str, boo
 
 
 def build_sections(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
-    """Every probe's sections in registry order, then telemetry."""
-    builders = [spec.section for spec in registry.specs().values()] + [TELEMETRY_SECTION]
+    """Every probe's sections in registry order, then scaling and telemetry."""
+    builders = [spec.section for spec in registry.specs().values()]
+    builders += [SCALING_SECTION, TELEMETRY_SECTION]
     sections: list[Section] = []
     for ref in builders:
         sections += registry.load(ref)(analyzed, plan)
@@ -96,8 +100,9 @@ def build_sections(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
 
 
 def findings(analyzed: Analyzed) -> list[str]:
-    """Every probe's findings in registry order, then telemetry's."""
-    rules = [s.advice for s in registry.specs().values() if s.advice] + [TELEMETRY_ADVICE]
+    """Every probe's findings in registry order, then scaling's and telemetry's."""
+    rules = [s.advice for s in registry.specs().values() if s.advice]
+    rules += [SCALING_ADVICE, TELEMETRY_ADVICE]
     found: list[str] = []
     for ref in rules:
         found += registry.load(ref)(analyzed)

@@ -52,16 +52,18 @@ def parse_variant(name: str) -> dict[str, Any]:
     return settings
 
 
+def block_params(h: int) -> int:
+    """Parameters of one block of the synthetic transformer of hidden size h."""
+    return 12 * h * h + 13 * h
+
+
 def model_shape(params: int, hidden: int = 0, layers: int = 0) -> tuple[int, int]:
     """(hidden, layers) of the synthetic transformer: given, or derived from a parameter count.
 
     A block has 12 h^2 + 13 h parameters (attention 4 h^2, MLP 8 h^2, biases and norms); the
     hidden size is the widest multiple of 64 that still leaves at least 4 blocks (at most 8192).
     """
-
-    def per_block(h: int) -> int:
-        return 12 * h * h + 13 * h
-
+    per_block = block_params
     if hidden and layers:
         return hidden, layers
     if not hidden:

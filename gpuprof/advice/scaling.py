@@ -1,0 +1,47 @@
+"""Scaling: where the predicted DDP efficiency falls below 80%, and which what-if buys the most
+there. Every number it states is a prediction and says so; it never mixes with measured gains."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.summary import Analyzed
+
+EFFICIENCY_LIMIT = 0.8
+
+
+def findings(analyzed: Analyzed) -> list[str]:
+    """One finding where the prediction crosses EFFICIENCY_LIMIT, naming the best what-if."""
+    from gpuprof.analysis.whatifs import PredictRequest
+    from gpuprof.errors import UsageError
+    from gpuprof.predict import predict, report_curves
+
+    curves = analyzed.cached("scaling", lambda: report_curves(analyzed))
+    found = [
+        (curve, curve.ddp[curve.ddp["efficiency"] < EFFICIENCY_LIMIT])
+        for curve in curves
+        if not curve.ddp.empty
+    ]
+    below = [(curve, rows.iloc[0]) for curve, rows in found if not rows.empty]
+    if not below:
+        return []
+    curve, row = below[0]
+    nodes, gpus = int(row["nodes"]), curve.gpus
+    try:
+        at = predict(analyzed, PredictRequest(nodes=(nodes,), gpus=gpus))
+    except UsageError:
+        return []
+    where = f"{nodes} node(s) x {gpus} rank(s)"
+    text = (
+        f"Predicted (not measured): DDP weak-scaling efficiency falls to "
+        f"{row['efficiency']:.0%} at {where} (step {row['step_ms']:.4g} ms, of which "
+        f"{row['exposed_ms']:.3g} ms exposed all_reduce)."
+    )
+    knobs = at.whatifs.iloc[1:] if len(at.whatifs) > 1 else at.whatifs.iloc[0:0]
+    if not knobs.empty:
+        best = knobs.iloc[int(knobs["gain_pct"].to_numpy().argmax())]
+        if best["gain_pct"] > 0:
+            text += (
+                f" Best predicted knob there: {best['scenario']}, {best['gain_pct']:+.0f}% "
+                f"samples/s (efficiency {best['efficiency']:.0%}); `gpuprof predict` shows "
+                "the others."
+            )
+    return [text]
