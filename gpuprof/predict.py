@@ -249,12 +249,15 @@ def _pipeline(analyzed: Analyzed, request: PredictRequest, notes: list[str]) -> 
     rows = []
     for basis in bases:
         for p in (basis.p, 2 * basis.p, 4 * basis.p, 8 * basis.p):
+            # the what-if: other micro-batch counts against m = p, in micro-batches per second
+            reference = predict_pipeline(basis, p, p)
             for m in request.micro_batches or (p, 2 * p, 4 * p):
                 got = predict_pipeline(basis, p, m)
-                if got is None:
+                if got is None or reference is None:
                     continue
                 rows.append(
                     {
+                        "gain_pct": 100 * ((m / got[0]) / (p / reference[0]) - 1),
                         "schedule": basis.schedule,
                         "p": p,
                         "m": m,

@@ -96,7 +96,7 @@ def format_prediction(found: Prediction) -> str:
             )
         parts += [f"\nWhat-ifs at {at} nodes, predicted", fixed_width(rows, 1)]
     if not found.pipeline.empty:
-        rows = [["schedule", "p", "m", "v", "step_ms", "bubble%", "measured_ms"]]
+        rows = [["schedule", "p", "m", "v", "step_ms", "bubble%", "vs m=p", "measured_ms"]]
         for r in found.pipeline.to_dict("records"):
             rows.append(
                 [
@@ -106,10 +106,12 @@ def format_prediction(found: Prediction) -> str:
                     str(r["v"]),
                     _num(r["step_ms"], 4),
                     f"{r['bubble_pct']:.1f}",
+                    f"{r['gain_pct']:+.0f}%",
                     _num(r["measured_ms"], 4),
                 ]
             )
-        parts += ["\nPipeline step, predicted (stage times as measured)", fixed_width(rows, 1)]
+        title = "\nPipeline step, predicted (stage times as measured; vs m=p: micro-batches/s)"
+        parts += [title, fixed_width(rows, 1)]
     parts.append("\nAssumptions")
     parts += [f"- {line}" for line in found.assumptions]
     if found.notes:
