@@ -6,6 +6,13 @@ SWEEP_ARGS ?= --nodes 1 --suite quick
 
 .PHONY: sweep test lint clean
 
+# the one prerequisite make cannot install: Python >= 3.10 with venv (ensurepip included)
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+ifneq ($(shell $(PYTHON) -c 'import sys, venv, ensurepip; print(sys.version_info >= (3, 10))' 2>/dev/null),True)
+$(error gpuprof needs Python >= 3.10 with the venv module; $(PYTHON) is not that (Debian/Ubuntu: apt-get install python3-venv; or make PYTHON=python3.11 ...))
+endif
+endif
+
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

@@ -323,8 +323,9 @@ def consolidate(run_spec: str, out: str) -> None:
 @click.option(
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
 )
-def env_command(fmt: str) -> None:
-    """Versions, devices and NICs of this machine.
+def env_command(fmt: str) -> int:
+    """Versions, devices and NICs of this machine, and its preflight checks (exit 1 when one
+    fails).
 
     Example: gpuprof env --format json
     """
@@ -335,6 +336,10 @@ def env_command(fmt: str) -> None:
         click.echo(json.dumps(info, indent=2))
     else:
         click.echo(gpuenv.format_description(info))
+    failed = info["preflight"]
+    if failed:
+        click.echo(f"gpuprof: {len(failed)} check(s) failed: {'; '.join(failed)}", err=True)
+    return 1 if failed else 0
 
 
 for _command in (*GATE_COMMANDS, *PREDICT_COMMANDS):

@@ -112,7 +112,9 @@ def plan_device(request: str) -> tuple[str, int]:
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if request == "cuda" and count == 0:
-        raise UsageError("--device cuda but no CUDA GPU is visible", "use --device cpu")
+        seen = nvml_gpu_count() if torch.version.cuda is None else 0
+        why = cpu_build_note(seen) if seen else "no CUDA GPU is visible"
+        raise UsageError(f"--device cuda but {why}", "or use --device cpu")
     device = "cuda" if request == "cuda" or (request == "auto" and count > 0) else "cpu"
     return device, count
 
@@ -265,6 +267,25 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_build_note(visible: int) -> str:
+    """The line for a node whose GPUs torch cannot use."""
+    return (
+        f"NVML sees {visible} GPU(s) but torch has no CUDA (a CPU build?): install a CUDA "
+        "build of torch to measure them"
+    )
+
+
+def nvml_gpu_count() -> int:
+    """GPUs NVML sees (0 without a driver)."""
+    nvml = _nvml()
+    if nvml is None:
+        return 0
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    finally:
+        nvml.nvmlShutdown()
+
+
 def local_checks(vers: dict[str, Any], node: dict[str, Any]) -> list[str]:
     """This node's preflight problems (the sweep adds the cross-node ones: equal versions,
     GPU counts, job shape)."""
@@ -276,9 +297,7 @@ def local_checks(vers: dict[str, Any], node: dict[str, Any]) -> list[str]:
             "(driver missing?): sweeps will run on CPU with gloo"
         )
     if gpus and not vers.get("cuda"):
-        problems.append(
-            f"{len(gpus)} GPU(s) present but torch is a CPU build: install a CUDA build of torch"
-        )
+        problems.append(cpu_build_note(len(gpus)))
     if gpus and vers.get("cuda") and not vers.get("nccl"):
         problems.append("GPUs present but torch reports no NCCL: multi-GPU runs fall back to gloo")
     if not any(nic["up"] and nic["name"] != "lo" for nic in node["nics"]):

@@ -204,7 +204,13 @@ def check_port_free(port: int) -> None:
 
 
 def check_launch(plan: SweepPlan, cfg: LaunchConfig) -> LaunchConfig:
-    """Validate the launcher against the plan and the environment; fill in defaults."""
+    """Validate the launcher against the plan and the environment; fill in defaults. Inside
+    an srun step, `slurm` runs this node's ranks (gpuprof.slurm.step_config)."""
+    if cfg.launcher == "slurm":
+        from gpuprof.slurm import in_step, step_config
+
+        if in_step():
+            cfg = step_config(plan, cfg)
     # the node that hosts the rendezvous store must be able to listen on its port
     if cfg.launcher == "local" and cfg.master_port is not None:
         check_port_free(cfg.master_port)

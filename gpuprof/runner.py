@@ -10,6 +10,7 @@ rank 0) finishes the run: consolidates, sets the status and writes the report.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
     if gpus is not None and gpus < 1:
         raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
     device, visible = plan_device(request.device)
+    if device == "cpu" and request.device == "auto":
+        _note_unused_gpus()
     if gpus is None:
         gpus = visible if device == "cuda" else 2
     cores = os.cpu_count() or 1
@@ -105,6 +108,17 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
         telemetry_hz=request.telemetry_hz,
         link_gbps=_link_gbps(request, nodes),
     )
+
+
+def _note_unused_gpus() -> None:
+    """Say so when NVML sees GPUs that torch cannot use (a CPU build of torch)."""
+    import torch
+
+    from gpuprof.env import cpu_build_note, nvml_gpu_count
+
+    seen = nvml_gpu_count() if torch.version.cuda is None else 0
+    if seen:
+        sys.stderr.write(f"gpuprof: note: {cpu_build_note(seen)}; measuring CPU + gloo\n")
 
 
 def _link_gbps(request: SweepRequest, nodes: int) -> float | None:

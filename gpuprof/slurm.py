@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from gpuprof.errors import UsageError
@@ -88,3 +89,41 @@ def check_slurm(plan: SweepPlan, environ: Mapping[str, str] | None = None) -> li
             "run gpuprof sweep from the batch script, on the first node",
         )
     return hosts
+
+
+# Slurm's pseudo-steps (batch script, extern, interactive): not an srun step
+PSEUDO_STEPS = ("4294967294", "4294967291", "4294967290", "4294967292")
+
+
+def in_step(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a task of an srun step (SLURM_STEP_ID of a real step)."""
+    step = (os.environ if environ is None else environ).get("SLURM_STEP_ID", "")
+    return step.isdigit() and step not in PSEUDO_STEPS
+
+
+def step_config(
+    plan: SweepPlan, cfg: LaunchConfig, environ: Mapping[str, str] | None = None
+) -> LaunchConfig:
+    """Inside an srun step with one gpuprof per node, run this node's ranks instead of
+    starting srun again: the manual launcher with node rank SLURM_NODEID and the step's first
+    node as the rendezvous host (node 0 holds the run)."""
+    env = os.environ if environ is None else environ
+    nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or "1")
+    if nodes != plan.num_nodes:
+        raise UsageError(
+            f"--nodes {plan.num_nodes} but this srun step has {nodes} node(s)",
+            f"use --nodes {nodes}",
+        )
+    tasks = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE") or "1"
+    if tasks.split("(")[0] != "1":
+        raise UsageError(
+            f"this srun step runs {tasks.split('(')[0]} tasks per node; gpuprof starts the "
+            "ranks of its node itself",
+            "srun --ntasks-per-node 1 gpuprof sweep --launcher slurm ...",
+        )
+    hosts = slurm_hostnames(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
+    if not hosts:
+        raise UsageError("this srun step names no nodes (SLURM_STEP_NODELIST is empty)")
+    return replace(
+        cfg, launcher="manual", node_rank=int(env.get("SLURM_NODEID", "0")), master_addr=hosts[0]
+    )

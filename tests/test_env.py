@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from gpuprof.env import REDACTED, captured_env, detect_launcher
 from tests.conftest import Gp
@@ -70,4 +73,18 @@ def test_local_checks() -> None:
     assert local_checks(cpu_build, {"gpus": [], "nics": [lo, eth]}) == []
     problems = local_checks({"cuda": "12.4", "nccl": None}, {"gpus": [], "nics": [lo]})
     assert "NVML sees no GPU" in problems[0] and "only single-node" in problems[1]
-    assert "CPU build" in local_checks(cpu_build, {"gpus": [{}], "nics": [eth]})[0]
+    assert (
+        "torch has no CUDA (a CPU build?)"
+        in local_checks(cpu_build, {"gpus": [{}], "nics": [eth]})[0]
+    )
+
+
+def test_env_exits_1_and_says_which_check_failed(gp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML (the fake, 8 GPUs) sees GPUs that this CPU build of torch cannot use."""
+    monkeypatch.setenv("GPUPROF_FAKE_NVML", "hgx-h100")
+    result = gp("env")
+    assert result.code == 1
+    assert "preflight  NVML sees 8 GPU(s) but torch has no CUDA (a CPU build?)" in result.out
+    assert result.err.startswith("gpuprof: 1 check(s) failed: NVML sees 8 GPU(s)")
+    cuda = gp("sweep", "--device", "cuda", "--dry-run", "--out", "/nonexistent/x")
+    assert cuda.code == 2 and "torch has no CUDA (a CPU build?)" in cuda.err

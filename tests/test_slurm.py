@@ -156,3 +156,69 @@ def test_manual_needs_master_addr(tmp_path: Path) -> None:
         env={**os.environ},
     )
     assert result.returncode == 2 and "needs --master-addr" in result.stderr
+
+
+def step_env(node: int, **extra: str) -> dict[str, str]:
+    """What srun sets in each task of a 2-node step with one task per node."""
+    step = {
+        "SLURM_STEP_ID": "0",
+        "SLURM_NODEID": str(node),
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_STEP_NODELIST": "fake[0-1]",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    }
+    return slurm_env(**{**step, **extra})
+
+
+def test_inside_an_srun_step_each_node_runs_its_own_ranks(tmp_path: Path) -> None:
+    """`srun --ntasks-per-node 1 gpuprof sweep --launcher slurm`: no nested srun; node k runs
+    its torchrun with node rank SLURM_NODEID against the step's first node."""
+    args = ["sweep", "--launcher", "slurm", "--nodes", "2", "--gpus", "1", "--device", "cpu"]
+    dry = gpuprof(*args, "--out", str(tmp_path), "--dry-run", env=step_env(1))
+    assert dry.returncode == 0, dry.stderr
+    assert "srun --nodes" not in dry.stdout and "# node 1" in dry.stdout
+    assert "--master-addr localhost" in dry.stdout
+    port = str(free_port())
+    fast = ["-o", "all_reduce", "--sizes", "4K", "--budget-ms", "5", "--probes", "collectives"]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuprof",
+                *args,
+                *fast,
+                "--master-port",
+                port,
+                "--out",
+                str(tmp_path / f"n{node}"),
+                "--no-report",
+            ],
+            env=step_env(node, GPUPROF_HOST=["localhost", "vm"][node]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    run = open_run("latest", tmp_path / "n0")
+    assert run.info["status"] == "complete"
+    assert set(run.table("collectives")["host"]) == {"localhost", "vm"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "args", "message"),
+    [
+        ({"SLURM_STEP_TASKS_PER_NODE": "8(x2)"}, [], "this srun step runs 8 tasks per node"),
+        ({}, ["--nodes", "3"], "--nodes 3 but this srun step has 2 node(s)"),
+    ],
+)
+def test_an_srun_step_that_does_not_fit_is_refused(
+    tmp_path: Path, extra: dict[str, str], args: list[str], message: str
+) -> None:
+    base = ["sweep", "--launcher", "slurm", "--device", "cpu", "--nodes", "2", "--gpus", "1"]
+    result = gpuprof(*base, *args, "--out", str(tmp_path), env=step_env(0, **extra))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and not tmp_path.joinpath("0001_sweep").exists()
