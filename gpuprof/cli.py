@@ -13,6 +13,7 @@ import click
 
 from gpuprof import registry
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
+from gpuprof.export_cli import EXPORT_COMMANDS
 from gpuprof.gate_cli import GATE_COMMANDS
 from gpuprof.launch import LAUNCHERS
 from gpuprof.options import (
@@ -254,7 +255,8 @@ for _name in registry.names():
     "fmt",
     default="table",
     show_default=True,
-    type=click.Choice(["table", "json", "csv"]),
+    type=click.Choice(["table", "json", "csv", "nccl-tests"]),
+    help="nccl-tests: the collectives in nccl-tests' own output layout",
 )
 @out_option
 def show(run_spec: str, table: str, fmt: str, out: str) -> None:
@@ -262,6 +264,11 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
 
     Example: gpuprof show latest --table collectives --format json
     """
+    if fmt == "nccl-tests":
+        from gpuprof.export_cli import nccl_tests_of
+
+        click.echo(nccl_tests_of(run_spec, out, table), nl=False)
+        return
     from gpuprof.analysis.summary import summarize_run
     from gpuprof.reports.text import format_table
     from gpuprof.store import open_run
@@ -342,7 +349,7 @@ def env_command(fmt: str) -> int:
     return 1 if failed else 0
 
 
-for _command in (*GATE_COMMANDS, *PREDICT_COMMANDS):
+for _command in (*GATE_COMMANDS, *PREDICT_COMMANDS, *EXPORT_COMMANDS):
     cli.add_command(_command)
 
 

@@ -167,7 +167,23 @@ def suite_collectives(suite: str, device: str) -> CollectivesParams:
 
 
 def _ops(text: str) -> tuple[str, ...]:
-    return OPS if text == "all" else csv(text)
+    """--op: collectives; nccl-tests' -o (a reduction: sum, max, ...) is --redop here."""
+    ops = OPS if text == "all" else csv(text)
+    reductions = [op for op in ops if op in (*REDOPS, "prod", "avg")]
+    if reductions:
+        raise ValueError(
+            f"-o/--op names the collective here; nccl-tests' -o is the reduction: use --redop "
+            f"{reductions[0]}"
+        )
+    return ops
+
+
+# nccl-tests' -d names (float, half, bfloat16) for gpuprof's dtypes
+NCCL_TESTS_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16"}
+
+
+def _dtypes(text: str) -> tuple[str, ...]:
+    return tuple(NCCL_TESTS_DTYPES.get(name, name) for name in csv(text))
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -212,8 +228,8 @@ SPEC = ProbeSpec(
             short="-d",
             dest="dtypes",
             field="dtypes",
-            parse=csv,
-            help="dtypes: float32,bfloat16,float16",
+            parse=_dtypes,
+            help="dtypes: float32,bfloat16,float16 (or nccl-tests' float, half)",
         ),
         Option(flag="--min-bytes", short="-b", help="smallest size, e.g. 8 or 1K"),
         Option(flag="--max-bytes", short="-e", help="largest size, e.g. 1G"),

@@ -1,0 +1,67 @@
+"""`gpuprof export`: a run's numbers in the formats other tools read (nccl-tests' output layout;
+pandas and the summaries are imported inside the commands)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuprof.errors import UsageError
+from gpuprof.options import out_option
+from gpuprof.specs.collectives import SPEC as COLLECTIVES
+
+
+def nccl_tests_of(run_spec: str, out: str, table: str | None = None) -> str:
+    """The run's collectives as nccl-tests output; a UsageError for another table or none."""
+    from gpuprof.analysis.summary import summarize_run
+    from gpuprof.reports.nccl_tests import nccl_tests_text
+    from gpuprof.store import open_run
+
+    if table is not None and table != COLLECTIVES.name:
+        raise UsageError(
+            f"--format nccl-tests is for --table {COLLECTIVES.name}, not {table}",
+            "nccl-tests measures collectives only",
+        )
+    run = open_run(run_spec, out)
+    if COLLECTIVES.name not in run.tables():
+        raise UsageError(f"run {run.path} has no {COLLECTIVES.name} table")
+    summary = summarize_run(run, COLLECTIVES.name)
+    if summary.empty:
+        raise UsageError(f"run {run.path} has no {COLLECTIVES.name} case")
+    return nccl_tests_text(summary)
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    target = Path(output)
+    if not target.parent.is_dir():
+        raise UsageError(f"cannot write {target}: {target.parent} is not a folder")
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {target}: {exc.strerror}") from None
+    click.echo(str(target))
+
+
+@click.group()
+def export() -> None:
+    """Write a run's numbers in another tool's format."""
+
+
+@export.command("nccl-tests")
+@click.argument("run_spec", metavar="RUN")
+@click.option("-o", "output", type=click.Path(), help="file to write [default: stdout]")
+@out_option
+def export_nccl_tests(run_spec: str, output: str | None, out: str) -> None:
+    """The collectives in nccl-tests' output layout (one block per op, dtype, scope and world
+    size, like one run of <op>_perf), for scripts that parse nccl-tests.
+
+    Example: gpuprof export nccl-tests latest -o all_reduce.txt
+    """
+    _write(nccl_tests_of(run_spec, out), output)
+
+
+EXPORT_COMMANDS = (export,)

@@ -1,0 +1,141 @@
+"""The collectives summary in nccl-tests' own output layout (NVIDIA/nccl-tests src/util.cu:
+the header, one line per size, the two footer lines), so scripts that parse `*_perf` output
+read gpuprof's numbers unchanged: one block per op, dtype, scope and world size, like one run
+of `<op>_perf`, with the slowest group's numbers (a collective ends when its slowest group
+does).
+
+torch runs all_reduce, broadcast and reduce in place only, and all_to_all and send/recv out of
+place only: the columns of the other place repeat the measured place's time and bandwidth with
+`N/A` for #wrong (nccl-tests' own mark for unchecked), as the block's header says, and the
+footer's average counts each measured case once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from gpuprof.specs.collectives import IN_PLACE_ONLY, OUT_OF_PLACE_ONLY
+
+TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # count = per-rank elements
+PROGRAMS = {
+    "all_reduce": "all_reduce_perf",
+    "all_gather": "all_gather_perf",
+    "reduce_scatter": "reduce_scatter_perf",
+    "broadcast": "broadcast_perf",
+    "reduce": "reduce_perf",
+    "all_to_all": "alltoall_perf",
+    "sendrecv": "sendrecv_perf",
+}
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+ROOTED = ("broadcast", "reduce")
+
+
+def _float(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: 2 decimals, fewer if they do not fit, else exponent."""
+    for text in (f"{value:{width}.2f}", f"{value:{width}.1f}", f"{value:{width}.0f}"):
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.1e}" if width >= 7 else f"{value:{width}.0e}"
+
+
+def _body(row: pd.Series | None, measured: pd.Series) -> str:
+    """One place's columns: its own numbers, or the measured place's with #wrong N/A."""
+    source = row if row is not None else measured
+    time = _float(float(source["time_us"]), 7)
+    algbw, busbw = _float(float(source["algbw_gbps"]), 6), _float(float(source["busbw_gbps"]), 6)
+    if row is None or pd.isna(row["nwrong"]):
+        return f"  {time:>7}  {algbw:>6}  {busbw:>6}    N/A"
+    return f"  {time:>7}  {algbw:>6}  {busbw:>6}  {float(row['nwrong']):6g}"
+
+
+def _header(program: str, op: str, note: str) -> list[str]:
+    lines = [f"# Collective test starting: {program}", f"# gpuprof: {note}"]
+    if op in IN_PLACE_ONLY:
+        lines.append("# gpuprof: torch runs it in place only: out-of-place repeats in-place")
+    if op in OUT_OF_PLACE_ONLY:
+        lines.append("# gpuprof: torch runs it out of place only: in-place repeats out-of-place")
+    blank = ("", "", "", "", "")
+    lines += [
+        "#",
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       "
+        "in-place          ".format(*blank),
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}"
+        "  {:>6} ".format(
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+        ),
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}"
+        "  {:>6} ".format(
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+        ),
+    ]
+    return lines
+
+
+def nccl_tests_text(summary: pd.DataFrame) -> str:
+    """Every op, dtype, scope and world size of a collectives summary as nccl-tests blocks."""
+    blocks = []
+    keys = ["op", "dtype", "scope", "world_size"]
+    slowest = summary.sort_values("time_us").groupby([*keys, "size_bytes", "in_place"]).tail(1)
+    for (op, dtype, scope, world), rows in slowest.groupby(keys, sort=False):
+        op, dtype = str(op), str(dtype)
+        n = int(str(world))
+        groups = summary[(summary["op"] == op) & (summary["scope"] == scope)]["group"].nunique()
+        note = f"scope {scope}, {n} ranks" + (f", slowest of {groups} groups" if groups > 1 else "")
+        lines = _header(PROGRAMS[op], op, note)
+        busbws, wrong = [], 0
+        for size_key, by_place in rows.groupby("size_bytes", sort=True):
+            size = int(str(size_key))
+            places = {
+                bool(p): r
+                for p, r in zip(by_place["in_place"], by_place.to_dict("records"), strict=True)
+            }
+            out_row, in_row = places.get(False), places.get(True)
+            measured = pd.Series(out_row if out_row is not None else in_row)
+            elements = size // ELEMENT_BYTES[dtype] // (n if op in PER_RANK_COUNT else 1)
+            redop = str(measured["redop"]) if op in REDUCING else "none"
+            root = 0 if op in ROOTED else -1
+            line = f"{size:12d}  {elements:12d}  {TYPE_NAMES[dtype]:>8}  {redop:>6}  {root:6d}"
+            line += _body(pd.Series(out_row) if out_row is not None else None, measured)
+            line += _body(pd.Series(in_row) if in_row is not None else None, measured)
+            lines.append(line)
+            for row in (out_row, in_row):
+                if row is not None:
+                    busbws.append(float(row["busbw_gbps"]))
+                    wrong += 0 if pd.isna(row["nwrong"]) else int(row["nwrong"])
+        avg = sum(busbws) / len(busbws) if busbws else math.nan
+        lines += [
+            f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
+            f"# {'Avg bus bandwidth':<20} : {avg:g} ",
+            "#",
+            f"# Collective test concluded: {PROGRAMS[op]}",
+        ]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
