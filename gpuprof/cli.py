@@ -95,6 +95,11 @@ def _launch_options(func: Any) -> Any:
             help="each node's network rate in Gbit/s for the time estimate, where the NIC's "
             "line rate is not what the path gives (shaped or shared links) [default: the NIC's]",
         ),
+        click.option(
+            "--prom-textfile",
+            type=click.Path(dir_okay=False),
+            help="when the run ends, write its Prometheus textfile here (node_exporter)",
+        ),
         click.option("--no-telemetry", is_flag=True, help="do not sample counters"),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),

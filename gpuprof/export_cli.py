@@ -64,4 +64,57 @@ def export_nccl_tests(run_spec: str, output: str | None, out: str) -> None:
     _write(nccl_tests_of(run_spec, out), output)
 
 
+def write_textfile(run_dir: Path, target: Path) -> Path:
+    """The run's Prometheus textfile at `target`, written whole or not at all (a temporary
+    file beside it, then renamed: node_exporter never reads half a file)."""
+    import os
+
+    from gpuprof.analysis.summary import Analyzed
+    from gpuprof.reports.prometheus import prometheus_text
+    from gpuprof.store import open_run
+
+    text = prometheus_text(Analyzed(open_run(run_dir)))
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {target}: {exc.strerror}") from None
+    return target
+
+
+def check_textfile_path(path: Path) -> None:
+    """Refuse, before anything runs, a --prom-textfile that cannot be written."""
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: {path.parent} is not a folder")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", "name a .prom file")
+
+
+@export.command("prometheus")
+@click.argument("run_spec", metavar="RUN")
+@click.option("-o", "output", type=click.Path(), help="file to write [default: stdout]")
+@out_option
+def export_prometheus(run_spec: str, output: str | None, out: str) -> None:
+    """The run in Prometheus' text format (node_exporter's textfile collector): busbw per
+    op/size/scope, p2p bandwidth and latency per pair, ceilings, DDP efficiency, pipeline
+    bubbles, run status and time, labelled by run, GPU model and where measured.
+
+    Example: gpuprof export prometheus latest -o /var/lib/node_exporter/textfile/gpuprof.prom
+    """
+    from gpuprof.store import open_run
+
+    run = open_run(run_spec, out)
+    if output is None:
+        from gpuprof.analysis.summary import Analyzed
+        from gpuprof.reports.prometheus import prometheus_text
+
+        click.echo(prometheus_text(Analyzed(run)), nl=False)
+        return
+    target = Path(output)
+    check_textfile_path(target)
+    click.echo(str(write_textfile(run.path, target)))
+
+
 EXPORT_COMMANDS = (export,)

@@ -54,6 +54,7 @@ class SweepRequest:
     report: bool = True
     force: bool = False  # more CPU ranks per node than CPU_RANKS_PER_CORE per core
     link_gbps: float | None = None  # the estimate's network rate (default: the NIC's)
+    prom_textfile: str | None = None  # where to write the run's Prometheus textfile at the end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +179,10 @@ def sweep(request: SweepRequest) -> SweepResult:
     from gpuprof.store import check_out_dir, check_tag, open_run, resume_plan
 
     check_tag(request.tag)
+    if request.prom_textfile:
+        from gpuprof.export_cli import check_textfile_path
+
+        check_textfile_path(Path(request.prom_textfile))
     kind = resolve_launcher(request.launcher)
     resume_dir = None
     if request.resume is not None:
@@ -221,6 +226,10 @@ def _home_node(
             launch, run_dir, plan.case_timeout_s, node_rank=home_rank, guard=guard
         )
         done = finish_run(run_dir, supervised.returncode, supervised, report=request.report)
+        if request.prom_textfile:
+            from gpuprof.export_cli import write_textfile
+
+            write_textfile(run_dir, Path(request.prom_textfile))
     finally:
         guard.restore()
     return SweepResult(

@@ -71,6 +71,8 @@ SWEEP = [
     (["--link-gbps", "0"], "Invalid value for '--link-gbps'"),
     (["--link-gbps", "inf"], "--link-gbps must be a positive number"),
     (["--link-gbps", "fast"], "Invalid value for '--link-gbps'"),
+    (["--prom-textfile", "/nonexistent/dir/g.prom"], "/nonexistent/dir is not a folder"),
+    (["--prom-textfile", "/tmp"], "Invalid value for '--prom-textfile'"),
     (["--tag", "../x"], "invalid --tag"),
     (["--tag", ""], "invalid --tag"),
     (["--suite", "huge"], "Invalid value for '--suite'"),
@@ -167,6 +169,11 @@ OTHER = [
     (["predict", "RUN", "--micro-batches", "0"], "--micro-batches must be positive"),
     (["predict", "RUN", "--sizes", "1K,,2K"], "size"),
     (["predict", "RUN", "--gpus", "0"], "Invalid value for '--gpus'"),
+    (["export", "prometheus", "nope"], "no run 'nope'"),
+    (["export", "prometheus", "RUN", "-o", "/nonexistent/x.prom"], "is not a folder"),
+    (["export", "nccl-tests", "RUN"], "has no collectives table"),
+    (["export", "csv", "RUN"], "No such command"),
+    (["show", "RUN", "--table", "p2p", "--format", "nccl-tests"], "is for --table collectives"),
 ]
 
 
