@@ -26,14 +26,23 @@ def _failures(run_dir: Path, supervised: Supervised | None, since_ns: int) -> li
     a case), then the failures ranks wrote themselves (timeouts waiting for them, errors)."""
     events = run_events(run_dir, since_ns)
     keep = ("rank", "host", "probe", "case_id", "error")
-    written = [{k: f.get(k) for k in keep} for f in events["failure"]]
+    written = [
+        {
+            **{k: f.get(k) for k in keep},
+            **({"traceback": f["traceback"]} if "traceback" in f else {}),
+        }
+        for f in events["failure"]
+    ]
     if not supervised or supervised.returncode == 0:
         return written
     reason = supervised.reason or f"torchrun exited with {supervised.returncode}"
     in_flight = {m["rank"]: m for m in events["in_flight"]}
-    silent = [r for r in in_flight if r not in {f["rank"] for f in written}]
+    wrote = {f["rank"] for f in written}
+    silent = [r for r in in_flight if r not in wrote]
+    # a lost rank that wrote why (its exception and traceback) is named by that record, first
+    written.sort(key=lambda f: f["rank"] not in supervised.lost)
     culprits = []
-    for rank in sorted(supervised.lost) or silent:
+    for rank in [r for r in sorted(supervised.lost) if r not in wrote] or silent:
         marker = in_flight.get(rank, {})
         why = supervised.lost.get(rank, "no record after this case started")
         culprits.append(

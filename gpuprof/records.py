@@ -84,9 +84,12 @@ def skip_record(probe: str, case_id: str, where: Where, reason: str) -> dict[str
     return {"type": "skip", "probe": probe, "case_id": case_id, "reason": reason, **asdict(where)}
 
 
-def failure_record(probe: str, case_id: str, where: Where, error: str) -> dict[str, Any]:
-    """A `failure` line: the case failed on this rank with `error`."""
-    return {
+def failure_record(
+    probe: str, case_id: str, where: Where, error: str, traceback: str | None = None
+) -> dict[str, Any]:
+    """A `failure` line: the case failed on this rank with `error` (and its traceback, when an
+    exception raised it)."""
+    record = {
         "type": "failure",
         "probe": probe,
         "case_id": case_id,
@@ -94,6 +97,9 @@ def failure_record(probe: str, case_id: str, where: Where, error: str) -> dict[s
         "unix_ns": time.time_ns(),
         **asdict(where),
     }
+    if traceback:
+        record["traceback"] = traceback
+    return record
 
 
 def timeline_record(

@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuprof import open_run
 from gpuprof.records import iter_run_records
+from tests.conftest import FAST
 
 TIMEOUT_S = 8
 
@@ -205,3 +207,25 @@ def test_resume_measures_only_the_missing_cases(tmp_path: Path) -> None:
     for case_id in before:  # completed cases were not measured again
         rows = frame[(frame["case_id"] == case_id) & (frame["rank"] == 0)]
         assert list(rows.sort_values("iteration")["time_us"]) == first_times[(case_id, 0)]
+
+
+def test_a_rank_that_raises_leaves_its_traceback_and_every_ranks_log(
+    tmp_path: Path, gp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 raises in its second case (the test-only hook): the traceback is in run.json's
+    failures and in the report's failure banner, and each rank's output in logs/."""
+    monkeypatch.setenv("GPUPROF_FAULT_RAISE", "1:collectives/*all_reduce*65536*")
+    args = ["sweep", "--device", "cpu", "--out", str(tmp_path), "--timeout", "30", *FAST]
+    result = gp(*args, "--probes", "collectives", "-o", "all_reduce", "--no-telemetry")
+    assert result.code == 3, result.err
+    run = open_run("latest", tmp_path)
+    failure = run.info["failures"][0]  # the rank that raised, named first
+    assert failure["rank"] == 1 and "RuntimeError: test fault" in failure["traceback"]
+    assert "gpuprof: error: run partial: rank 1" in result.err
+    assert "Traceback (most recent call last)" in failure["traceback"]
+    html = (run.path / "report.html").read_text()
+    assert "<summary>traceback</summary>" in html and "RuntimeError: test fault" in html
+    logs = {p.name: p.read_text() for p in (run.path / "logs").iterdir()}
+    assert set(logs) == {"rank-00000.log", "rank-00001.log"}
+    assert "all_reduce float32 1 KiB" in logs["rank-00000.log"]  # the case lines rank 0 printed
+    assert "RuntimeError: test fault" in logs["rank-00001.log"]

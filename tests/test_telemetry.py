@@ -162,7 +162,7 @@ def test_sweep_records_telemetry_at_10_hz(tmp_path: Path, gp: Gp) -> None:
         "--sizes",
         "4M",
         "--budget-ms",
-        "1500",
+        "3000",
         "--min-iters",
         "3",
     )
@@ -171,8 +171,12 @@ def test_sweep_records_telemetry_at_10_hz(tmp_path: Path, gp: Gp) -> None:
     telemetry = run.table("telemetry")
     host = telemetry[telemetry["source"] == "host"].sort_values("t_ns")
     rate = 1e9 / statistics.median(np.diff(host["t_ns"].to_numpy()))
-    print(f"\nsweep telemetry: {len(host)} host samples, median {rate:.2f} Hz")
-    assert rate >= 9.0 and len(host) >= 10
+    span_s = (host["t_ns"].max() - host["t_ns"].min()) / 1e9
+    print(f"\nsweep telemetry: {len(host)} host samples over {span_s:.1f} s, median {rate:.2f} Hz")
+    # the sampler starts beside the ranks and, on a busy machine, late (once 1 s of a 1.5 s
+    # case): ask for no gap in what it sampled, not for a number the start decides
+    assert rate >= 9.0 and len(host) >= 5
+    assert len(host) >= 0.9 * span_s * 10
     assert "counters during the run" in (run.path / "report.html").read_text()
     off = gp(
         "run",

@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,6 +30,8 @@ import torch
 import torch.distributed as dist
 
 from gpuprof.groups import GroupSpec
+from gpuprof.probes._faults import raise_if_asked
+from gpuprof.probes._logs import tee_output
 from gpuprof.probes._timing import slowdown_for, stretched, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
@@ -43,7 +46,6 @@ from gpuprof.records import (
 )
 from gpuprof.topology import normalize_bus_id
 
-FAULT_ENV = "GPUPROF_FAULT_RANK"  # test-only: this rank perturbs its inputs before each check
 # init_process_group(device_id=...) exists from torch 2.3 (the package accepts older)
 TAKES_DEVICE_ID = "device_id" in inspect.signature(dist.init_process_group).parameters
 
@@ -148,7 +150,9 @@ def attach_shard(ctx: Context, run_dir: Path, home_rank: int = 0) -> None:
     """Open this rank's shard in `run_dir` and send its records to `home_rank` as it goes."""
     ctx._writer = ShardWriter(shard_path(run_dir, ctx.rank))
     ctx.home_rank = home_rank
-    ctx.shipper = Shipper([ctx._writer.path], run_dir, ctx.rank, home_rank)
+    ctx.shipper = Shipper(
+        [ctx._writer.path, tee_output(run_dir, ctx.rank)], run_dir, ctx.rank, home_rank
+    )
 
 
 def rank_info(ctx: Context) -> dict[str, Any]:
@@ -315,6 +319,7 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
     with ctx._watchdog.watch(probe, case.case_id, where):
         start_ns = time.time_ns()
         try:
+            raise_if_asked(ctx.rank, probe, case.case_id)
             prepared = case.build()
             with stretched(slowdown_for(probe, case.case_id)):
                 times, nwrong, series = measure(ctx, scope, prepared, budget)
@@ -322,7 +327,8 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             ctx.writer.write(skip_record(probe, case.case_id, where, str(exc)))
             return
         except Exception as exc:
-            ctx.writer.write(failure_record(probe, case.case_id, where, repr(exc)))
+            trace = traceback.format_exc()
+            ctx.writer.write(failure_record(probe, case.case_id, where, repr(exc), trace))
             ctx.writer.flag_failure()
             raise
         record = CaseRecord(
@@ -381,9 +387,3 @@ def release_scopes(scopes: list[Scope | None]) -> None:
     for scope in scopes:
         if scope is not None and scope.group is not None:
             dist.destroy_process_group(scope.group)
-
-
-def fault_rank() -> int | None:
-    """The rank the test-only fault hook perturbs, if any."""
-    value = os.environ.get(FAULT_ENV)
-    return int(value) if value else None

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gpuprof.probes._faults import fault_rank
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -32,7 +33,6 @@ from gpuprof.probes._harness import (
     Prepared,
     Scope,
     Unsupported,
-    fault_rank,
     make_scopes,
     run_cases,
 )
