@@ -58,3 +58,15 @@ def test_report_of_a_run_that_died_before_consolidating(two_rank_run: Path, tmp_
     path = write_report(open_run(run_dir))
     assert PLOTLY_MARKER in path.read_text()
     assert not list(run_dir.glob("*.parquet"))  # read from the shards; reading never writes
+
+
+def test_report_contents_link_every_section(two_rank_run: Path) -> None:
+    import re
+
+    html = (two_rank_run / "report.html").read_text()
+    nav = re.search(r'<nav class="muted toc" id="contents">(.*?)</nav>', html, re.S)
+    assert nav is not None
+    links = re.findall(r'href="#([\w-]+)"', nav.group(1))
+    sections = re.findall(r'<section id="([\w-]+)"', html)
+    assert sections and set(sections) <= set(links)
+    assert all(f'id="{anchor}"' in html for anchor in links)  # every link has a target
