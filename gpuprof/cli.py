@@ -102,6 +102,12 @@ def _launch_options(func: Any) -> Any:
         ),
         click.option("--no-telemetry", is_flag=True, help="do not sample counters"),
         click.option("--no-report", is_flag=True, help="skip the HTML report"),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            help="no live progress line and no line per case (the end result still prints)",
+        ),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),
         click.option(
             "--repeats",

@@ -55,6 +55,7 @@ class SweepRequest:
     force: bool = False  # more CPU ranks per node than CPU_RANKS_PER_CORE per core
     link_gbps: float | None = None  # the estimate's network rate (default: the NIC's)
     prom_textfile: str | None = None  # where to write the run's Prometheus textfile at the end
+    quiet: bool = False  # no live progress line and no per-case lines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,9 +222,21 @@ def _home_node(
     home_rank = None if cfg.launcher == "slurm" else 0
     guard = SignalGuard()
     started = time.monotonic()
+    from gpuprof.plan import estimates
+    from gpuprof.progress import CASE_LINES_ENV, Progress, wanted
+
+    live = wanted(request.quiet)
+    env = {CASE_LINES_ENV: "0"} if live or request.quiet else {}
     try:
+        bar = Progress([(e.probe, e.cases) for e in estimates(plan)]) if live else None
         supervised = supervise(
-            launch, run_dir, plan.case_timeout_s, node_rank=home_rank, guard=guard
+            launch,
+            run_dir,
+            plan.case_timeout_s,
+            node_rank=home_rank,
+            guard=guard,
+            progress=bar,
+            env=env,
         )
         done = finish_run(run_dir, supervised.returncode, supervised, report=request.report)
         if request.prom_textfile:

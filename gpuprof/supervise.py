@@ -208,6 +208,8 @@ def supervise(
     handoff: Path | None = None,
     node_rank: int | None = None,
     guard: SignalGuard | None = None,
+    progress: Any = None,
+    env: dict[str, str] | None = None,
 ) -> Supervised:
     """Run one node's command and stop it early when it cannot finish: a rank process died
     (checked every 0.2 s), a rank flagged a failure (its case timed out waiting), no shard
@@ -221,7 +223,7 @@ def supervise(
     watched = {LAUNCHER_PID_ENV: str(os.getpid())} if launch.local else {}
     proc = subprocess.Popen(
         launch.argv,
-        env={**os.environ, **launch.env, **watched},
+        env={**os.environ, **launch.env, **watched, **(env or {})},
         start_new_session=True,
         stderr=subprocess.PIPE,
     )
@@ -239,6 +241,8 @@ def supervise(
             time.sleep(0.2)
             if run_dir is None and handoff is not None and handoff.exists():
                 run_dir = Path(handoff.read_text("utf-8").strip() or ".")
+            if progress is not None:
+                progress.poll(run_dir)
             newest, failed = _shard_progress(run_dir)
             now = time.monotonic()
             if newest > newest_seen:
@@ -261,6 +265,8 @@ def supervise(
     finally:
         if guard is not None:
             guard.defer()  # the job is ending: a further signal must not cut the teardown
+        if progress is not None:
+            progress.close()
     stopped = {r: why for r, why in {**lost, **watch.lost(run_dir)}.items() if "stopped" in why}
     if result is not None:
         root.quiet = True  # torchrun's traceback from being stopped: the log, not the terminal

@@ -31,10 +31,11 @@ import torch.distributed as dist
 
 from gpuprof.groups import GroupSpec
 from gpuprof.probes._faults import raise_if_asked
-from gpuprof.probes._logs import tee_output
+from gpuprof.probes._logs import Tee, tee_output
 from gpuprof.probes._timing import slowdown_for, stretched, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
+from gpuprof.progress import CASE_LINES_ENV
 from gpuprof.records import (
     CaseRecord,
     ShardWriter,
@@ -79,9 +80,14 @@ class Context:
     _watchdog: Watchdog | None = field(default=None, repr=False)
 
     def log(self, message: str) -> None:
-        """Progress on stderr, from global rank 0 only."""
-        if self.rank == 0 and self.verbose:
+        """Progress on stderr, from global rank 0 only (with the launcher's live line or -q,
+        to the rank's log only)."""
+        if self.rank != 0:
+            return
+        if self.verbose:
             print(message, file=sys.stderr, flush=True)
+        elif isinstance(sys.stderr, Tee):
+            sys.stderr.log.write(message + "\n")
 
     @property
     def writer(self) -> ShardWriter:
@@ -139,6 +145,7 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
         device=device,
         backend=backend,
         case_timeout_s=case_timeout_s,
+        verbose=os.environ.get(CASE_LINES_ENV) != "0",
     )
     if run_dir is not None:
         attach_shard(ctx, run_dir)
