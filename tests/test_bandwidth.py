@@ -1,5 +1,7 @@
 """busbw / algbw against hand-computed values (nccl-tests doc/PERFORMANCE.md)."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -84,3 +86,12 @@ def test_summary_sums_wrong_elements_over_ranks() -> None:
 def test_summary_checks_columns_first() -> None:
     with pytest.raises(UsageError, match="lacks columns"):
         summarize_collectives(pd.DataFrame({"op": ["all_reduce"]}))
+
+
+def test_the_busbw_band_holds_the_median(two_rank_run: Path) -> None:
+    from gpuprof import open_run
+    from gpuprof.analysis.summary import summarize_run
+
+    summary = summarize_run(open_run(two_rank_run), "collectives")
+    assert (summary["busbw_p10_gbps"] <= summary["busbw_gbps"] + 1e-12).all()
+    assert (summary["busbw_gbps"] <= summary["busbw_p90_gbps"] + 1e-12).all()

@@ -87,6 +87,10 @@ def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert figures >= 4 + len(PIPELINE_SCHEDULES) - 1, figures  # ddp 3+, bubble, gantts
     assert drawn >= figures, (drawn, figures)  # plotly drew every figure (2 svgs each)
     assert gantts >= len(PIPELINE_SCHEDULES) - 1  # every schedule the world allows
+    # the overview at the top (drawn: its title is in the svg) and the contents line
+    assert '<section id="overview">' in dom and "Where a step's time goes" in dom
+    assert dom.index('id="contents"') < dom.index('<section id="overview">')
+    assert re.search(r'<nav class="muted toc" id="contents">.*href="#overview"', dom, re.S)
 
 
 def test_compare_and_trend_pages_draw_in_a_browser(

@@ -70,3 +70,17 @@ def test_report_contents_link_every_section(two_rank_run: Path) -> None:
     sections = re.findall(r'<section id="([\w-]+)"', html)
     assert sections and set(sections) <= set(links)
     assert all(f'id="{anchor}"' in html for anchor in links)  # every link has a target
+
+
+def test_long_tables_show_their_interesting_rows_first(two_rank_run: Path) -> None:
+    """The collectives summary shows each curve's largest size (and wrong cases); every row is
+    one click below, and the page stays small."""
+    import re
+
+    html = (two_rank_run / "report.html").read_text()
+    shown = re.search(r'<table id="summary">(.*?)</table>', html, re.S)
+    assert shown is not None
+    full = re.search(r'<details class="more"><summary>all (\d+) rows</summary>', html)
+    assert full is not None
+    assert 1 < shown.group(1).count("<tr") - 1 < int(full.group(1))
+    assert len(html.encode()) < 6_000_000

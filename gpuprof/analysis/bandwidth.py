@@ -37,6 +37,8 @@ SUMMARY_COLUMNS = [
     "num_iterations",
     "algbw_gbps",
     "busbw_gbps",
+    "busbw_p10_gbps",  # from the 90th percentile of the iteration times
+    "busbw_p90_gbps",  # from the 10th
     "nwrong",
 ]
 
@@ -59,6 +61,8 @@ def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
             "time_us": per_iter.median(),
             "time_us_p99": per_iter.quantile(0.99),
             "time_us_min": per_iter.min(),
+            "time_us_p10": per_iter.quantile(0.1),
+            "time_us_p90": per_iter.quantile(0.9),
             "num_iterations": per_iter.size(),
         }
     )
@@ -69,7 +73,10 @@ def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
     summary["algbw_gbps"] = summary["size_bytes"] / summary["time_us"] / 1e3
     pairs = zip(summary["op"], summary["world_size"], strict=True)
     factors = [bus_factor(op, n) for op, n in pairs]
-    summary["busbw_gbps"] = summary["algbw_gbps"] * pd.Series(factors, index=summary.index)
+    factor = pd.Series(factors, index=summary.index)
+    summary["busbw_gbps"] = summary["algbw_gbps"] * factor
+    summary["busbw_p10_gbps"] = summary["size_bytes"] / summary["time_us_p90"] / 1e3 * factor
+    summary["busbw_p90_gbps"] = summary["size_bytes"] / summary["time_us_p10"] / 1e3 * factor
     summary["nwrong"] = summary["nwrong"].astype("Int64")
     order = ["scope", "world_size", "group", "op", "in_place", "dtype", "size_bytes"]
     return summary[SUMMARY_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)

@@ -5,58 +5,6 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from gpuprof.units import format_size
-
-
-def _series_label(row: pd.Series, both_modes: bool) -> str:
-    label = f"{row['scope']} n={row['world_size']}"
-    if row["group"] not in ("all",) and row["scope"] != "global":
-        label += f" {row['group']}"
-    if both_modes:
-        label += " in-place" if row["in_place"] else " out-of-place"
-    return label
-
-
-def busbw_figure(summary: pd.DataFrame, op: str, dtype: str) -> go.Figure:
-    """Bus bandwidth against size for one op and dtype: one line per scope, world size, group."""
-    rows = summary[(summary["op"] == op) & (summary["dtype"] == dtype)]
-    both_modes = rows["in_place"].nunique() > 1
-    keys = ["scope", "world_size", "group", "in_place"]
-    fig = go.Figure()
-    for _, series in rows.groupby(keys, sort=True):
-        series = series.sort_values("size_bytes")
-        first = series.iloc[0]
-        fig.add_trace(
-            go.Scatter(
-                x=series["size_bytes"],
-                y=series["busbw_gbps"],
-                mode="lines+markers",
-                name=_series_label(first, both_modes),
-                customdata=[
-                    [format_size(s), t]
-                    for s, t in zip(series["size_bytes"], series["time_us"], strict=True)
-                ],
-                hovertemplate="%{customdata[0]}: %{y:.3f} GB/s busbw, "
-                "%{customdata[1]:.1f} us<extra>%{fullData.name}</extra>",
-            )
-        )
-    sizes = sorted(rows["size_bytes"].unique())
-    fig.update_layout(
-        title=f"{op} ({dtype}): bus bandwidth",
-        xaxis={
-            "type": "log",
-            "title": "size",
-            "tickvals": sizes,
-            "ticktext": [format_size(s) for s in sizes],
-        },
-        yaxis={"title": "busbw (GB/s)", "rangemode": "tozero"},
-        height=380,
-        margin={"l": 60, "r": 20, "t": 50, "b": 60},
-        legend={"orientation": "h", "y": -0.25},
-        template="plotly_white",
-    )
-    return fig
-
 
 def pair_heatmap(summary: pd.DataFrame, mode: str) -> go.Figure:
     """Rank x rank matrix of one p2p mode (bandwidth, or latency), flagged pairs marked."""
@@ -395,5 +343,41 @@ def bubble_figure(summary: pd.DataFrame) -> go.Figure:
         yaxis={"title": "bubble (% of the step)", "rangemode": "tozero"},
         height=420,
         **_LAYOUT,
+    )
+    return fig
+
+
+OVERVIEW_PARTS = (
+    ("compute", "#4c78a8"),
+    ("exposed communication", "#e45756"),
+    ("bubble / wait", "#f58518"),
+    ("other", "#bab0ac"),
+)
+
+
+def overview_figure(rows: pd.DataFrame) -> go.Figure:
+    """Where the time of a step goes, one bar per training case (label), in % of the step:
+    columns named as OVERVIEW_PARTS."""
+    fig = go.Figure()
+    for part, color in OVERVIEW_PARTS:
+        fig.add_trace(
+            go.Bar(
+                y=rows["label"],
+                x=rows[part],
+                name=part,
+                orientation="h",
+                marker={"color": color},
+                hovertemplate="%{y}: %{x:.1f}% " + part + "<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title="Where a step's time goes (% of the step)",
+        xaxis={"title": "% of the step", "range": [0, 100]},
+        yaxis={"autorange": "reversed"},
+        height=max(220, 60 + 34 * len(rows)),
+        margin={"l": 220, "r": 20, "t": 50, "b": 40},
+        legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
     )
     return fig

@@ -24,9 +24,12 @@ TEMPLATES = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
+TEMPLATES.filters["enumerate_rows"] = lambda rows: list(enumerate(rows))
 TELEMETRY_SECTION = "gpuprof.reports.sections.telemetry:section"
 TELEMETRY_ADVICE = "gpuprof.advice.telemetry:findings"
-# across probes: predictions from the collectives' fits and the DDP and pipeline probes
+# across probes: first the overview of where the time goes, last the predictions from the
+# collectives' fits and the DDP and pipeline probes
+OVERVIEW_SECTION = "gpuprof.reports.sections.overview:section"
 SCALING_SECTION = "gpuprof.reports.sections.scaling:section"
 SCALING_ADVICE = "gpuprof.advice.scaling:findings"
 
@@ -90,8 +93,8 @@ def _fallback_verdict(info: dict[str, Any], tables: list[str]) -> tuple[str, boo
 
 
 def build_sections(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
-    """Every probe's sections in registry order, then scaling and telemetry."""
-    builders = [spec.section for spec in registry.specs().values()]
+    """The overview, every probe's sections in registry order, then scaling and telemetry."""
+    builders = [OVERVIEW_SECTION, *(spec.section for spec in registry.specs().values())]
     builders += [SCALING_SECTION, TELEMETRY_SECTION]
     sections: list[Section] = []
     for ref in builders:

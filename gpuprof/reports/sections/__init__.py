@@ -42,7 +42,13 @@ class Table:
     scroll: bool = True
     wrong_last: bool = False
     row_classes: tuple[str, ...] = ()  # a css class per row (e.g. a verdict), or none
+    shown: tuple[int, ...] | None = None  # the rows shown at first (the rest one click away)
     kind: str = "table"
+
+    def visible(self) -> list[tuple[int, list[str]]]:
+        """(index, row) of the rows shown at first: all, or those `shown` names."""
+        keep = range(len(self.rows)) if self.shown is None else sorted(set(self.shown))
+        return [(i, self.rows[i]) for i in keep]
 
     def cell_class(self, column: int, cell: str, last: bool) -> str:
         """The css class of one cell ('' for none)."""

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis.summary import Analyzed
-from gpuprof.reports.figures import busbw_figure
+from gpuprof.reports.figures_collectives import busbw_figure
 from gpuprof.reports.sections import Figures, Section, embed, summary_table
 from gpuprof.specs.collectives import OPS
 from gpuprof.units import format_size
@@ -65,6 +65,16 @@ def verdict(info: dict[str, Any], summary: pd.DataFrame) -> tuple[str, bool]:
     return f"{len(summary)} cases measured on {where}; every result was correct. {peak}", False
 
 
+def interesting_rows(summary: pd.DataFrame) -> tuple[int, ...]:
+    """Row positions worth seeing first: the largest size of every curve (scope, world size,
+    group, op, dtype, place) and every case with wrong elements."""
+    keys = ["scope", "world_size", "group", "op", "dtype", "in_place"]
+    ordered = summary.reset_index(drop=True)
+    largest = ordered.groupby(keys, sort=False)["size_bytes"].idxmax()
+    wrong = ordered.index[ordered["nwrong"].fillna(0) > 0]
+    return tuple(sorted({int(i) for i in largest} | {int(i) for i in wrong}))
+
+
 def _figures(summary: pd.DataFrame) -> list[str]:
     pairs = summary[["op", "dtype"]].drop_duplicates()
     order = sorted(
@@ -81,7 +91,16 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     summary = analyzed.summary("collectives")
     if summary.empty:
         return []
-    table = summary_table(summary, "collectives", id="summary", left=(1, 2, 3, 4), wrong_last=True)
+    table = summary_table(
+        summary,
+        "collectives",
+        id="summary",
+        left=(1, 2, 3, 4),
+        wrong_last=True,
+        shown=interesting_rows(summary),
+        intro="Shown: each curve's largest size and every case with wrong elements; all rows "
+        "one click below.",
+    )
     return [
         Section(
             title="Collectives: bus bandwidth against size",
