@@ -292,7 +292,8 @@ def assumptions(backend: str, basis: DDPBasis | None, request: PredictRequest) -
             f"DDP ({basis.variant}, {basis.num_params:,} parameters measured): weak scaling, "
             "the batch per rank kept; compute = the step without its all_reduce; exposed = "
             "the buckets' all_reduces (calibrated to what DDP measured alone) less what the "
-            "backward hid at the run's largest world, never less than the last bucket."
+            "backward hid at the run's largest world; on other hardware, what the backward "
+            "cannot hide, the last bucket at least."
         )
     if request.model_params:
         lines.append(

@@ -254,7 +254,9 @@ def test_predict_command_on_a_real_run(dp_run: Path, gp: Any) -> None:
     (one,) = data["ddp"]
     measured = Analyzed(open_run(dp_run)).summary("ddp")
     step = measured[measured["scope"] == "global"]["step_us"].iloc[0] / 1e3
-    assert one["step_ms"] == pytest.approx(step, rel=0.25)  # its own shape, give or take
+    # its own shape: compute + the A/B cost, against the median step (medians of different
+    # things on a busy machine)
+    assert one["step_ms"] == pytest.approx(step, rel=0.35)
     wider = json.loads(gp("predict", str(dp_run), "--nodes", "1", "--gpus", "8",
                           "--model-params", "20M", "--format", "json").out)  # fmt: skip
     assert wider["ddp"][0]["world_size"] == 8 and wider["ddp"][0]["step_ms"] > one["step_ms"]

@@ -276,11 +276,12 @@ def predict_ddp(
     """The DDP step on nodes x gpus ranks, weak scaling (the batch per rank kept).
 
     step = compute + exposed, compute = the measured step without its all_reduce (x the
-    what-if's compute scale), exposed = max(k x comm(N) - H, k x last bucket(N)): k calibrates
-    the collectives model to the buckets' all_reduces DDP measured alone at the run's
-    largest world (bucket copies, parameter-bounded buckets), H = the all_reduce time the
-    backward hid there (k x comm - its A/B cost), scaled with the compute. On other hardware
-    (another stack) k = 1 and the window is the scaled backward. With accumulation K: K
+    what-if's compute scale), exposed = max(k x comm(N) - H, 0): k calibrates the collectives
+    model to the buckets' all_reduces DDP measured alone at the run's largest world (bucket
+    copies, parameter-bounded buckets), H = the all_reduce time the backward hid there (k x
+    comm - its A/B cost), scaled with the compute, so the run's own shape comes back as
+    measured. On other hardware (another stack) k = 1, the window is the scaled backward and
+    the last bucket (reduced after the backward) is never hidden. With accumulation K: K
     micro-batches of compute, one exposed all_reduce."""
     change = change or WhatIf()
     # k is calibrated on the links as measured, never on a what-if's
@@ -308,7 +309,10 @@ def predict_ddp(
     comm, last, rel = _comm(
         basis, links, nodes, gpus, "nccl" if change.other_stack else backend, change
     )
-    exposed = max(kappa * comm - hidden, kappa * last, 0.0)
+    # the measured stack: H came from the run itself, so what it left exposed stays consistent;
+    # the window model (other hardware): the last bucket starts after the backward, never hidden
+    floor = kappa * last if change.other_stack else 0.0
+    exposed = max(kappa * comm - hidden, floor, 0.0)
     step = compute + exposed
     return DDPStep(
         step_us=step,
