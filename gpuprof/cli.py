@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gpuprof import registry
+from gpuprof import export_cli, registry
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
 from gpuprof.export_cli import EXPORT_COMMANDS
 from gpuprof.gate_cli import GATE_COMMANDS
@@ -276,9 +276,7 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
     Example: gpuprof show latest --table collectives --format json
     """
     if fmt == "nccl-tests":
-        from gpuprof.export_cli import nccl_tests_of
-
-        click.echo(nccl_tests_of(run_spec, out, table), nl=False)
+        click.echo(export_cli.nccl_tests_of(run_spec, out, table), nl=False)
         return
     from gpuprof.analysis.summary import summarize_run
     from gpuprof.reports.text import format_table
@@ -342,8 +340,7 @@ def consolidate(run_spec: str, out: str) -> None:
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
 )
 def env_command(fmt: str) -> int:
-    """Versions, devices and NICs of this machine, and its preflight checks (exit 1 when one
-    fails).
+    """Versions, devices, NICs and preflight checks of this machine (exit 1 if one fails).
 
     Example: gpuprof env --format json
     """

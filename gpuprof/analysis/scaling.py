@@ -2,11 +2,6 @@
 predictions"): collectives from the alpha-beta fits (gpuprof.analysis.fits), the DDP step from
 its measured breakdown, the pipeline step from its measured stage times. No torch.
 
-Links. Each fit gives a per-hop latency and a per-link bandwidth for its op. The intra-node
-link comes from the largest world size measured inside one node; the inter-node link from one
-rank per node (`inter`, or `global` when the run had one rank per node); the rails link from
-every local rank crossing at once (`rails`).
-
 Algorithms (which one each prediction assumes, and why):
 - ring: every op on gloo, and every op but all_reduce on NCCL: one ring over all ranks with
   each node's ranks adjacent, so it crosses every NIC once; its slowest link and longest hop
@@ -73,7 +68,8 @@ def _link(fit: Fit) -> Link:
 
 
 def links_for(fits: list[Fit], op: str, dtype: str) -> Links:
-    """The op's links from the run's fits (largest world size of each class)."""
+    """The op's links from the run's fits: intra from the largest world inside one node, inter
+    from one rank per node (`inter`, or `global` with one rank per node), rails from `rails`."""
     mine = [f for f in fits if f.op == op and f.dtype == dtype]
 
     def largest(chosen: list[Fit]) -> Link | None:

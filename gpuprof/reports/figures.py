@@ -348,7 +348,7 @@ def bubble_figure(summary: pd.DataFrame) -> go.Figure:
 
 
 OVERVIEW_PARTS = (
-    ("compute", "#4c78a8"),
+    ("compute time", "#4c78a8"),
     ("exposed communication", "#e45756"),
     ("bubble / wait", "#f58518"),
     ("other", "#bab0ac"),

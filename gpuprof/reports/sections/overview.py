@@ -16,10 +16,10 @@ from gpuprof.specs.ddp import SPEC as DDP
 from gpuprof.specs.pipeline import SPEC as PIPELINE
 
 NOTE = (
-    "DDP (its first variant at each world size): compute = forward + backward compute + "
+    "DDP (its first variant at each world size): compute time = forward + backward compute + "
     "optimizer, exposed communication = the all_reduce time not hidden by the backward, other "
     "= the rest of the step (DDP's own work, Python), by DDP's logging data. Pipeline (each "
-    "schedule at its largest micro-batch count): compute = busy time, bubble / wait = the "
+    "schedule at its largest micro-batch count): compute time = busy time, bubble / wait = the "
     "rest of the step, mean over stages. Details in the sections below."
 )
 
@@ -52,7 +52,7 @@ def _parts(values: list[float]) -> dict[str, float]:
     compute, exposed, bubble = (max(0.0, v) for v in values)
     other = max(0.0, 100 - compute - exposed - bubble)
     return {
-        "compute": compute,
+        "compute time": compute,
         "exposed communication": exposed,
         "bubble / wait": bubble,
         "other": other,
