@@ -45,8 +45,7 @@ def probe_options(name: str) -> Callable[[F], F]:
 
 def all_probe_options(func: F) -> F:
     """Every probe's options (for `gpuprof sweep`)."""
-    every = [o for spec in registry.specs().values() for o in spec.options]
-    return _decorate((*every, *ITERATION_OPTIONS))(func)
+    return _decorate(registry.all_options())(func)
 
 
 def pop_probe_options(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ SPEC_MODULES = (
     "gpuprof.specs.compute",
     "gpuprof.specs.ddp",
     "gpuprof.specs.pipeline",
+    "gpuprof.specs.sharded",
 )
 
 
@@ -240,10 +241,16 @@ def params_for(
     return replace(base, **changes)  # type: ignore[type-var]  # every params is a dataclass
 
 
+def all_options() -> tuple[Option, ...]:
+    """Every probe's options once (probes that train one model share its declarations: a
+    sweep gives them one value), then the iteration options."""
+    own = {id(o): o for s in specs().values() for o in s.options}
+    return (*own.values(), *ITERATION_OPTIONS)
+
+
 def option_names() -> tuple[str, ...]:
     """The keyword names of every probe option and the iteration options."""
-    own = [o.name for s in specs().values() for o in s.options]
-    return (*own, *(o.name for o in ITERATION_OPTIONS))
+    return tuple(o.name for o in all_options())
 
 
 JOB_OVERHEAD_S = 10.0  # launch, rendezvous, describing the job, the report (2 CPU ranks here)

@@ -323,3 +323,61 @@ def test_predict_holds_for_node_counts_it_did_not_fit(tmp_path: Path) -> None:
         got = predict_collective(links, "all_reduce", 3, 1, float(size), "gloo")
         print(f"3 nodes, {size} B: predicted {got.busbw_gbps:.4f} GB/s, measured {busbw:.4f}")
         assert abs(got.busbw_gbps / busbw - 1) < 0.15
+
+
+def test_fsdp_nic_bytes_match_its_accounting(tmp_path: Path) -> None:
+    """FSDP between 2 emulated nodes (one rank each): the bytes each node's NIC sent during
+    the case (telemetry) against what the probe accounted per step, times the steps that
+    communicate (a settling and an accounted step, then per round the step and its replay).
+    Gloo runs reduce_scatter as an all_reduce does (twice the ring's bytes: measured per op
+    on this link), so the expectation counts it so; the ring theory is printed beside."""
+    from gpuprof.analysis.sharded import summarize_sharded
+
+    with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:
+        codes = manual_sweep(
+            cluster,
+            tmp_path,
+            [
+                "--probes",
+                "sharded",
+                "--strategies",
+                "fsdp",
+                "--no-scaling",
+                "--hidden",
+                "128",
+                "--layers",
+                "2",
+                "--batch",
+                "2",
+                "--seq",
+                "32",
+                "--budget-ms",
+                "1500",
+                "--min-iters",
+                "4",
+                "--warmup",
+                "1",
+            ],
+            gpus=1,
+        )
+    assert codes == [0, 0], logs(tmp_path, 2)
+    run = open_run(next((tmp_path / "n0").iterdir()))
+    frame = run.table("sharded")
+    (row,) = summarize_sharded(frame).to_dict("records")
+    assert row["num_nodes"] == 2 and abs(row["sent_ratio"] - 1) <= 0.10
+    windows = attribute(case_windows(frame), run.table("telemetry"))
+    assert len(windows) == 2  # one window per node
+    for rec in windows.to_dict("records"):
+        mine = frame[frame["host"] == rec["host"]].iloc[0]
+        rounds = max(1, int(mine["warmup_iters"])) + int(frame["iteration"].max()) + 1
+        steps = 2 + 2 * rounds
+        gloo = mine["sent_all_gather_bytes"] + 2 * mine["sent_reduce_scatter_bytes"]
+        expected, theory = steps * gloo, steps * mine["theory_sent_bytes"]
+        ratio = rec["nic_tx_bytes"] / expected
+        print(
+            f"\n{rec['host']}: NIC sent {rec['nic_tx_bytes'] / 1e6:.2f} MB in {steps} "
+            f"communicating steps; accounted with gloo's reduce_scatter {expected / 1e6:.2f} MB "
+            f"(ratio {ratio:.3f}); ring theory {theory / 1e6:.2f} MB "
+            f"(ratio {rec['nic_tx_bytes'] / theory:.3f})"
+        )
+        assert abs(ratio - 1) <= 0.20

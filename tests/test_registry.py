@@ -24,9 +24,12 @@ NAMES = registry.names()
 
 def test_registry_lists_probes_in_sweep_order_with_unique_options() -> None:
     assert NAMES[:6] == ("collectives", "p2p", "memory", "compute", "ddp", "pipeline")
-    flags = [o.flag for s in registry.specs().values() for o in s.options]
-    flags += [o.flag for o in registry.ITERATION_OPTIONS]
-    assert len(flags) == len(set(flags)), "two probes declare the same option"
+    # a flag is declared once: probes that share it share the declaration (one object)
+    declared = {o.flag: o for o in registry.all_options()}
+    for spec in registry.specs().values():
+        for option in spec.options:
+            assert declared[option.flag] is option, f"{option.flag} declared twice"
+    assert len(declared) == len(registry.all_options())
     names = registry.option_names()
     assert len(names) == len(set(names))
 
@@ -99,16 +102,21 @@ def _own_files(spec: registry.ProbeSpec) -> set[Path]:
     return files
 
 
+# a word that is a probe's name and, in one declared line, something else
+HOMONYMS = {("ddp", "gpuprof/specs/sharded.py", 'DDP, ZERO1, FSDP = "ddp", "zero1", "fsdp"')}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_a_probe_name_is_spelled_only_in_its_own_modules(name: str) -> None:
-    """`"<name>"` appears in the probe's own modules only (the registry names those)."""
+    """`"<name>"` appears in the probe's own modules only (the registry names those), except
+    a strategy of the sharded probe named like the DDP probe, in its one declaration."""
     own = _own_files(registry.get(name))
     elsewhere = [
         f"{path.relative_to(ROOT)}:{number}"
         for path in sorted((ROOT / "gpuprof").rglob("*.py"))
         if path.resolve() not in own
         for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1)
-        if f'"{name}"' in line
+        if f'"{name}"' in line and (name, str(path.relative_to(ROOT)), line.strip()) not in HOMONYMS
     ]
     assert not elsewhere, f'"{name}" spelled outside its modules: {elsewhere}'
 

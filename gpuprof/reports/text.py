@@ -28,6 +28,8 @@ def _cell(column: str, value: object) -> str:
         return f"{float(value):.1f}"  # type: ignore[arg-type]
     if column == "samples_per_s":
         return f"{float(value):.4g}"  # type: ignore[arg-type]
+    if column.endswith("_ratio"):
+        return f"{float(value):.3f}"  # type: ignore[arg-type]
     if column == "efficiency":
         return f"{float(value):.2f}"  # type: ignore[arg-type]
     if column == "tflops":

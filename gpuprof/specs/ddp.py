@@ -195,6 +195,47 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
     return out
 
 
+# the synthetic transformer and its batch: one declaration, shared with the probes that train
+# the same model (a sweep gives them one model)
+MODEL_OPTIONS = (
+    Option(
+        flag="--model-params",
+        field="model_params",
+        parse=parse_count,
+        help="model: synthetic transformer size, e.g. 10M, 350M, 1.3B",
+    ),
+    Option(
+        flag="--hidden",
+        field="hidden",
+        type=int,
+        parse=positive_int,
+        help="model: hidden size (multiple of 64)",
+    ),
+    Option(
+        flag="--layers",
+        field="layers",
+        type=int,
+        parse=positive_int,
+        help="model: transformer blocks",
+    ),
+    Option(
+        flag="--batch",
+        field="batch",
+        type=int,
+        parse=positive_int,
+        help="model: sequences per rank per micro-batch",
+    ),
+    Option(
+        flag="--seq", field="seq", type=int, parse=positive_int, help="model: tokens per sequence"
+    ),
+    Option(
+        flag="--scaling",
+        field="scaling",
+        boolean=True,
+        help="model: weak scaling over world sizes (one rank alone, each scope)",
+    ),
+)
+
 _KEYS = ("scope", "world_size", "group", "case_id")
 
 SPEC = ProbeSpec(
@@ -206,48 +247,13 @@ SPEC = ProbeSpec(
     params=DDPParams,
     suite=suite_ddp,
     options=(
-        Option(
-            flag="--model-params",
-            field="model_params",
-            parse=parse_count,
-            help="ddp: synthetic model size, e.g. 10M, 350M, 1.3B",
-        ),
-        Option(
-            flag="--hidden",
-            field="hidden",
-            type=int,
-            parse=positive_int,
-            help="ddp: hidden size (multiple of 64)",
-        ),
-        Option(
-            flag="--layers",
-            field="layers",
-            type=int,
-            parse=positive_int,
-            help="ddp: transformer blocks",
-        ),
-        Option(
-            flag="--batch",
-            field="batch",
-            type=int,
-            parse=positive_int,
-            help="ddp: sequences per rank per micro-batch",
-        ),
-        Option(
-            flag="--seq", field="seq", type=int, parse=positive_int, help="ddp: tokens per sequence"
-        ),
+        *MODEL_OPTIONS,
         Option(
             flag="--ddp-variants",
             field="variants",
             parse=csv,
             help="ddp: variants, the first also at every world size: default, bucket=MB, "
             "grad_view, static_graph, hook=allreduce|fp16|bf16, accum=K, amp (join with +)",
-        ),
-        Option(
-            flag="--scaling",
-            field="scaling",
-            boolean=True,
-            help="ddp: weak scaling over world sizes",
         ),
     ),
     count_cases=count_cases,

@@ -1,0 +1,396 @@
+"""Sharded data parallelism: DDP, ZeRO-1 and FSDP on one synthetic transformer, per strategy.
+
+Every case is one strategy in one scope, on the DDP probe's model and batch:
+
+- ddp: DistributedDataParallel (gradient_as_bucket_view) and AdamW;
+- zero1: the same DDP and ZeroRedundancyOptimizer(AdamW): each rank updates its share of the
+  parameters and broadcasts them;
+- fsdp / fsdp_noreshard / fsdp_bf16: FSDP2 `fully_shard` on every block and the root
+  (reshard_after_forward True / False / True with bf16 parameters and fp32 reduction).
+
+Before timing, one step settles lazy initialisation (FSDP's, DDP's bucket rebuild) and one
+more is *accounted*: every collective it issues is recorded from torch.distributed's own
+calls (FSDP's all_gather/reduce_scatter, ZeRO's broadcasts) and from a comm hook on DDP's
+buckets (the reducer is C++), giving the bytes this rank sends per step; the memory this rank
+holds after it (parameters, gradients, optimizer state: every tensor's storage once) is
+measured then, and on GPU the peak allocated memory of those two steps.
+
+One iteration is a round of three measurements:
+
+1. the strategy's step (zero_grad, forward, backward, optimizer), timed by phase;
+2. the same step on a communication-free twin: the plain model alone (bf16 where the strategy
+   computes in bf16), its optimizer over tensors shaped like what this rank's optimizer holds
+   (all parameters for DDP, its share for ZeRO-1 and FSDP): the compute the step must do;
+3. the collectives of the accounted step replayed alone, back to back.
+
+Exposed communication = the strategy's phases - the twin's (communication the step waits for,
+and the strategy's own overhead); hidden = 1 - exposed / the replay.
+
+    torchrun --nproc-per-node 8 -m gpuprof.probes.sharded --model-params 1.3B
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gpuprof.probes._harness import (
+    Budget,
+    Case,
+    Context,
+    Prepared,
+    Scope,
+    Series,
+    Unsupported,
+    make_scopes,
+    run_cases,
+)
+from gpuprof.probes._timing import clock_ns
+from gpuprof.probes.ddp import synthetic_model
+from gpuprof.specs.ddp import ddp_scopes
+from gpuprof.specs.sharded import (
+    FSDP_BF16,
+    FSDP_NORESHARD,
+    FSDP_STRATEGIES,
+    ZERO1,
+    ShardedParams,
+    sent_bytes,
+    theory_memory,
+    theory_sent,
+)
+
+PROBE = "sharded"
+# torch.distributed calls the strategies issue from Python -> the ring op they count as
+COUNTED = {
+    "all_gather_single": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "all_reduce": "all_reduce",
+    "broadcast": "broadcast",
+}
+ALL_REDUCE = dist.all_reduce  # the hook's own, outside any accounting
+SIZE_ARG = {"all_gather": 0, "reduce_scatter": 1, "all_reduce": 0, "broadcast": 0}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """The shape and dtype of a tensor a replayed collective needs."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective of the accounted step, as it can be replayed."""
+
+    function: str  # the torch.distributed function
+    op: str  # the ring op it counts as
+    args: dict[str, Any]  # bound arguments, tensors as TensorSpec
+    sent: float  # bytes this rank sends
+
+
+class Accounting:
+    """Records the collectives issued while `recording` (module functions wrapped in place,
+    restored after)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.active = False
+
+    def note(self, function: str, bound: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        op = COUNTED[function]
+        tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
+        size = tensors[SIZE_ARG[op]]
+        n = dist.get_world_size(bound.get("group"))
+        args = {
+            k: TensorSpec(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else v
+            for k, v in bound.items()
+        }
+        sent = sent_bytes(op, size.numel() * size.element_size(), n)
+        self.calls.append(Call(function=function, op=op, args=args, sent=sent))
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        originals = {name: getattr(dist, name) for name in COUNTED if hasattr(dist, name)}
+
+        def wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+            signature = inspect.signature(original)
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                self.note(name, dict(bound.arguments))
+                return original(*args, **kwargs)
+
+            return counted
+
+        for name, original in originals.items():
+            setattr(dist, name, wrap(name, original))
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+            for name, original in originals.items():
+                setattr(dist, name, original)
+
+
+def counting_hook(accounting: Accounting, group: Any) -> Callable[..., Any]:
+    """A DDP comm hook that averages the bucket as DDP's default does, counting it (the
+    all_reduce is the one torch.distributed had at import: never counted twice)."""
+    n = dist.get_world_size(group)
+
+    def hook(state: Any, bucket: Any) -> Any:
+        buffer = bucket.buffer()
+        accounting.note("all_reduce", {"tensor": buffer, "group": group})
+        work = ALL_REDUCE(buffer.div_(n), group=group, async_op=True)
+        return work.get_future().then(lambda fut: fut.value()[0])
+
+    # DDP checks the annotations as objects (this module's are strings: postponed evaluation)
+    bucket_type = dist.GradBucket  # type: ignore[attr-defined]
+    hook.__annotations__ = {"bucket": bucket_type, "return": torch.futures.Future[torch.Tensor]}
+    return hook
+
+
+def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the storages behind `tensors`, each storage once (local shards of DTensors)."""
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        storage = local.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _fsdp(model: nn.Module, ctx: Context, scope: Scope, strategy: str) -> nn.Module:
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError as exc:  # FSDP2 is public from torch 2.6
+        raise Unsupported(f"FSDP2 fully_shard: {exc}") from None
+    kwargs: dict[str, Any] = {"reshard_after_forward": strategy != FSDP_NORESHARD}
+    if strategy == FSDP_BF16:
+        if ctx.device.type == "cuda" and not torch.cuda.is_bf16_supported(
+            including_emulation=False
+        ):
+            raise Unsupported("bf16 mixed precision needs a GPU with bfloat16 support")
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+        )
+    group = scope.group if scope.group is not None else dist.group.WORLD
+    assert group is not None
+    mesh = DeviceMesh.from_group(group, ctx.device.type)
+    for block in list(model.children())[:-1]:
+        fully_shard(block, mesh=mesh, **kwargs)
+    fully_shard(model, mesh=mesh, **kwargs)
+    return model
+
+
+class ShardedBench:
+    """The strategy's model and optimizer, its communication-free twin, and the accounted
+    collectives of one case on one rank."""
+
+    def __init__(self, ctx: Context, scope: Scope, params: ShardedParams, strategy: str) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.ctx, self.scope, self.strategy = ctx, scope, strategy
+        hidden, layers = params.shape
+        self.accounting = Accounting()
+        model = synthetic_model(hidden, layers, ctx.device)
+        self.num_params = sum(p.numel() for p in model.parameters())
+        if strategy in FSDP_STRATEGIES:
+            self.model = _fsdp(model, ctx, scope, strategy)
+            self.opt: Any = torch.optim.AdamW(self.model.parameters(), lr=1e-6)
+        else:
+            cuda = ctx.device.type == "cuda"
+            ddp = DistributedDataParallel(
+                model,
+                device_ids=[ctx.device.index] if cuda else None,
+                process_group=scope.group,
+                gradient_as_bucket_view=True,
+            )
+            ddp.register_comm_hook(None, counting_hook(self.accounting, scope.group))
+            self.model = ddp
+            if strategy == ZERO1:
+                from torch.distributed.optim import ZeroRedundancyOptimizer
+
+                self.opt = ZeroRedundancyOptimizer(
+                    ddp.parameters(),
+                    optimizer_class=torch.optim.AdamW,
+                    process_group=scope.group,
+                    lr=1e-6,
+                )
+            else:
+                self.opt = torch.optim.AdamW(ddp.parameters(), lr=1e-6)
+        gen = torch.Generator(device=ctx.device).manual_seed(1000 + ctx.rank)
+        self.inputs = torch.randn(
+            params.batch, params.seq, hidden, device=ctx.device, generator=gen
+        )
+        self.info: dict[str, Any] = {"num_params": self.num_params}
+        self._account()
+        # the twin: built after the accounted steps, so a GPU's peak is the strategy's own
+        self.twin = synthetic_model(hidden, layers, ctx.device)
+        self.twin_inputs = self.inputs
+        if strategy == FSDP_BF16:  # computes as FSDP's bf16 policy does
+            self.twin = self.twin.to(torch.bfloat16)
+            self.twin_inputs = self.inputs.to(torch.bfloat16)
+        held = [torch.zeros_like(t) for t in self._optimized()]
+        for tensor in held:
+            tensor.grad = torch.ones_like(tensor)
+        self.twin_opt = torch.optim.AdamW(held, lr=1e-6)
+        self.replay_tensors: list[dict[str, Any]] = []
+
+    def _optimized(self) -> list[torch.Tensor]:
+        """This rank's optimizer's parameters, as local tensors (shards for FSDP)."""
+        opt = self.opt.optim if self.strategy == ZERO1 else self.opt
+        params = [p for g in opt.param_groups for p in g["params"]]
+        return [p.to_local() if hasattr(p, "to_local") else p for p in params]
+
+    def _account(self) -> None:
+        """One settling step, then one accounted step: bytes sent and memory held."""
+        cuda = self.ctx.device.type == "cuda"
+        self.step()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.ctx.device)
+        self.accounting.calls.clear()
+        with self.accounting.recording():
+            self.step()
+        opt = self.opt.optim if self.strategy == ZERO1 else self.opt
+        params = list(self.model.parameters())
+        grads = [p.grad for p in params if p.grad is not None]
+        state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        n = self.scope.spec.world_size
+        by_op: dict[str, float] = defaultdict(float)
+        for call in self.accounting.calls:
+            by_op[call.op] += call.sent
+        self.info.update(
+            sent_bytes=sum(by_op.values()),
+            **{f"sent_{op}_bytes": by_op[op] for op in sorted(by_op)},
+            collectives=len(self.accounting.calls),
+            theory_sent_bytes=theory_sent(self.strategy, n, self.num_params),
+            param_bytes=held_bytes(params),
+            grad_bytes=held_bytes(grads),
+            optim_bytes=held_bytes(state),
+            theory_memory_bytes=theory_memory(self.strategy, n, self.num_params),
+            peak_bytes=torch.cuda.max_memory_allocated(self.ctx.device) if cuda else None,
+        )
+        self.info["memory_bytes"] = sum(self.info[k] for k in ("param_bytes", "grad_bytes"))
+        self.info["memory_bytes"] += self.info["optim_bytes"]
+        self.opt.zero_grad(set_to_none=True)
+
+    def _clock(self) -> int:
+        self.ctx.sync()
+        return clock_ns()
+
+    def step(self, twin: bool = False) -> dict[str, float]:
+        """One training step of the strategy (or of its twin); phase times in us. The twin's
+        optimizer keeps its gradients: it updates what this rank's optimizer holds."""
+        start = self._clock()
+        if twin:
+            self.twin.zero_grad(set_to_none=True)
+        else:
+            self.opt.zero_grad(set_to_none=True)
+        t0 = self._clock()
+        model, x = (self.twin, self.twin_inputs) if twin else (self.model, self.inputs)
+        loss = model(x).float().square().mean()
+        t1 = self._clock()
+        loss.backward()
+        t2 = self._clock()
+        (self.twin_opt if twin else self.opt).step()
+        end = self._clock()
+        return {
+            "forward_us": (t1 - t0) / 1e3,
+            "backward_us": (t2 - t1) / 1e3,
+            "optimizer_us": (end - t2) / 1e3,
+            "step_us": (end - start) / 1e3,
+        }
+
+    def comm_only(self) -> float:
+        """The accounted step's collectives replayed alone, back to back; us."""
+        if not self.replay_tensors:
+            for call in self.accounting.calls:
+                self.replay_tensors.append(
+                    {
+                        k: torch.empty(v.shape, dtype=v.dtype, device=self.ctx.device)
+                        if isinstance(v, TensorSpec)
+                        else v
+                        for k, v in call.args.items()
+                    }
+                )
+        start = self._clock()
+        works = []
+        for call, args in zip(self.accounting.calls, self.replay_tensors, strict=True):
+            work = getattr(dist, call.function)(**{**args, "async_op": True})
+            if work is not None:
+                works.append(work)
+        for work in works:
+            work.wait()
+        return (self._clock() - start) / 1e3
+
+    def timed(self, iters: int) -> tuple[list[float], Series]:
+        """`iters` rounds: the strategy's step, the twin's step, the collectives alone."""
+        times: list[float] = []
+        series: Series = defaultdict(list)
+        for _ in range(iters):
+            main = self.step()
+            times.append(main.pop("step_us"))
+            for key, value in main.items():
+                series[key].append(value)
+            twin = self.step(twin=True)
+            for key in ("forward_us", "backward_us", "optimizer_us", "step_us"):
+                series[f"twin_{key}"].append(twin[key])
+            series["comm_only_us"].append(self.comm_only())
+        return times, dict(series)
+
+
+def _case(ctx: Context, scope: Scope, params: ShardedParams, strategy: str) -> Case:
+    hidden, layers = params.shape
+    case_params: dict[str, Any] = {
+        "strategy": strategy,
+        "hidden": hidden,
+        "layers": layers,
+        "batch": params.batch,
+        "seq": params.seq,
+        "samples_per_step": params.batch,
+    }
+
+    def build() -> Prepared:
+        bench = ShardedBench(ctx, scope, params, strategy)
+        case_params.update(bench.info)
+        return Prepared(timed=bench.timed)
+
+    return Case(
+        case_id=strategy,
+        params=case_params,
+        build=build,
+        describe=f"{PROBE} {strategy} n={scope.spec.world_size} ({scope.spec.scope})",
+        collect_first=True,
+    )
+
+
+def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int) -> None:
+    """Every strategy at every weak-scaling world size."""
+    scopes = make_scopes(ctx, ddp_scopes(num_nodes, gpus_per_node, params.scaling))
+
+    def cases(scope: Scope) -> list[Case]:
+        return [_case(ctx, scope, params, name) for name in params.strategies]
+
+    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+
+
+if __name__ == "__main__":
+    from gpuprof.probes._main import probe_main
+
+    probe_main(PROBE)
