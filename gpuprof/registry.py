@@ -36,6 +36,7 @@ SPEC_MODULES = (
     "gpuprof.specs.ddp",
     "gpuprof.specs.pipeline",
     "gpuprof.specs.sharded",
+    "gpuprof.specs.tp",
 )
 
 

@@ -278,7 +278,7 @@ class ShardedBench:
         self.info.update(
             sent_bytes=sum(by_op.values()),
             **{f"sent_{op}_bytes": by_op[op] for op in sorted(by_op)},
-            collectives=len(self.accounting.calls),
+            num_collectives=len(self.accounting.calls),
             theory_sent_bytes=theory_sent(self.strategy, n, self.num_params),
             param_bytes=held_bytes(params),
             grad_bytes=held_bytes(grads),

@@ -28,7 +28,7 @@ def _cell(column: str, value: object) -> str:
         return f"{float(value):.1f}"  # type: ignore[arg-type]
     if column == "samples_per_s":
         return f"{float(value):.4g}"  # type: ignore[arg-type]
-    if column.endswith("_ratio"):
+    if column.endswith("_ratio") or column in ("comm_vs_compute", "speedup"):
         return f"{float(value):.3f}"  # type: ignore[arg-type]
     if column == "efficiency":
         return f"{float(value):.2f}"  # type: ignore[arg-type]

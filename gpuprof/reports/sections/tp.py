@@ -1,0 +1,95 @@
+"""The tensor-parallel section: per layer kind and world size, the compute each rank keeps and
+the communication the split adds, the all_reduces alone, and bytes against theory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from gpuprof.analysis.summary import Analyzed
+from gpuprof.reports.figures import _LAYOUT, case_label
+from gpuprof.reports.sections import Figures, Note, Section, embed, summary_table
+
+METHOD = (
+    "tp: each layer split with parallelize_module (first linear column-wise, second "
+    "row-wise) over the scope's group, the same tokens on every rank. Per round: the split "
+    "layer's forward and backward, timed; the same on a twin holding this rank's shard as "
+    "plain layers (compute only); the layer's all_reduces replayed alone. Exposed = split - "
+    "twin; speedup = one rank's layer / the split layer; bytes = the functional collectives "
+    "of one forward and backward, counted by a dispatch mode as a ring sends them (theory "
+    "4 (n-1)/n x tokens x hidden x 4 bytes per layer)."
+)
+
+
+def tp_figure(summary: pd.DataFrame) -> go.Figure:
+    """Stacked bars per case: compute per rank, exposed communication; the all_reduces alone
+    as a marker."""
+    labels = [case_label(r) for _, r in summary.iterrows()]
+    fig = go.Figure()
+    for column, name, color in (
+        ("compute_us", "compute per rank (twin)", "#4c78a8"),
+        ("exposed_comm_us", "exposed communication + overhead", "#e45756"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=summary[column] / 1e3,
+                name=name,
+                marker_color=color,
+                hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=summary["comm_only_us"] / 1e3,
+            mode="markers",
+            name="all_reduces alone",
+            marker={"symbol": "diamond", "size": 10, "color": "#f58518"},
+            hovertemplate="all_reduces alone %{y:.2f} ms<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="Tensor-parallel layer (forward + backward): compute and communication",
+        barmode="stack",
+        yaxis={"title": "ms per layer"},
+        height=420,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
+    """The tensor-parallel section, or nothing if no case was measured."""
+    table = "tp"
+    if not analyzed.has(table):
+        return []
+    summary = analyzed.summary(table)
+    if summary.empty:
+        return []
+    first = summary.iloc[0]
+    note = (
+        f"Hidden {first['hidden']}, {first['batch']} x {first['seq']} tokens. Where the "
+        "all_reduces alone (diamonds) are longer than the compute per rank, the link cannot "
+        "hide the activations this layer moves."
+    )
+    return [
+        Section(
+            title="Tensor parallel: what splitting a layer costs",
+            anchor="tp",
+            blocks=[
+                Note(text=note),
+                Figures(html=[embed(tp_figure(summary))]),
+                summary_table(
+                    summary,
+                    table,
+                    title="Tensor-parallel summary",
+                    id="tp-summary",
+                    left=(1, 2, 3, 4),
+                ),
+            ],
+            method=[METHOD],
+        )
+    ]
