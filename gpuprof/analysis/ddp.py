@@ -124,12 +124,13 @@ def summarize_ddp(frame: pd.DataFrame) -> pd.DataFrame:
     comm = out["comm_transfer_us"].fillna(out["comm_only_us"])
     out["comm_per_sample_us"] = comm / out["samples_per_step"]
     out = out.reset_index()
-    out["efficiency"] = _efficiency(out)
+    out["efficiency"] = weak_efficiency(out)
     return out
 
 
-def _efficiency(summary: pd.DataFrame) -> pd.Series:
-    """samples/s(n) / (n x samples/s(1)) per variant that was measured on one rank alone."""
+def weak_efficiency(summary: pd.DataFrame) -> pd.Series:
+    """samples/s(n) / (n x samples/s(1)) per case id (variant, strategy) that was measured on
+    one rank alone."""
     single = summary[summary["scope"] == "single"].set_index("case_id")["samples_per_s"]
     base = summary["case_id"].map(single)
     efficiency: pd.Series = summary["samples_per_s"] / (summary["world_size"] * base)

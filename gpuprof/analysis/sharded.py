@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.analysis import RunTables, require_columns
+from gpuprof.analysis.ddp import weak_efficiency
 
 KEYS = ["scope", "world_size", "num_nodes", "group", "case_id"]
 PHASES = ["forward_us", "backward_us", "optimizer_us"]
@@ -75,7 +76,7 @@ def summarize_sharded(frame: pd.DataFrame) -> pd.DataFrame:
     out["memory_ratio"] = _ratio(out["memory_bytes"], out["theory_memory_bytes"])
     out["samples_per_s"] = n * out["samples_per_step"] / (out["step_us"] / 1e6)
     out = out.reset_index()
-    out["efficiency"] = _efficiency(out)
+    out["efficiency"] = weak_efficiency(out)
     return out
 
 
@@ -83,13 +84,6 @@ def _ratio(measured: pd.Series, theory: pd.Series) -> pd.Series:
     """measured / theory where the theory is not zero (one rank sends nothing)."""
     ratio: pd.Series = measured / theory.where(theory > 0, np.nan)
     return ratio
-
-
-def _efficiency(summary: pd.DataFrame) -> pd.Series:
-    single = summary[summary["scope"] == "single"].set_index("case_id")["samples_per_s"]
-    base = summary["case_id"].map(single)
-    efficiency: pd.Series = summary["samples_per_s"] / (summary["world_size"] * base)
-    return efficiency
 
 
 def largest(summary: pd.DataFrame) -> pd.DataFrame:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -140,11 +142,18 @@ DDP_PARTS = (
 )
 
 
-def ddp_breakdown_figure(summary: pd.DataFrame) -> go.Figure:
-    """Stacked bars of the step (ms) per world size and variant, with the measured step."""
+def stacked_figure(
+    summary: pd.DataFrame,
+    parts: tuple[tuple[str, str, str], ...],
+    marker: tuple[str, str, dict[str, Any]],
+    title: str,
+    unit: str = "ms per step",
+) -> go.Figure:
+    """Stacked bars (ms) per case of the (column, name, color) parts, and one measured column
+    as a marker (column, name, marker style) beside them."""
     labels = [case_label(r) for _, r in summary.iterrows()]
     fig = go.Figure()
-    for column, name, color in DDP_PARTS:
+    for column, name, color in parts:
         fig.add_trace(
             go.Bar(
                 x=labels,
@@ -154,24 +163,32 @@ def ddp_breakdown_figure(summary: pd.DataFrame) -> go.Figure:
                 hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>",
             )
         )
+    column, name, style = marker
     fig.add_trace(
         go.Scatter(
             x=labels,
-            y=summary["rank_step_us"] / 1e3,
+            y=summary[column] / 1e3,
             mode="markers",
-            name="step (measured)",
-            marker={"symbol": "line-ew-open", "size": 28, "color": "black"},
-            hovertemplate="step %{y:.2f} ms<extra></extra>",
+            name=name,
+            marker=style,
+            hovertemplate=name + " %{y:.2f} ms<extra></extra>",
         )
     )
-    fig.update_layout(
-        title="DDP step: where the time goes (DDP logging data)",
-        barmode="stack",
-        yaxis={"title": "ms per step"},
-        height=420,
-        **_LAYOUT,
-    )
+    fig.update_layout(title=title, barmode="stack", yaxis={"title": unit}, height=420, **_LAYOUT)
     return fig
+
+
+STEP_TICK = {"symbol": "line-ew-open", "size": 28, "color": "black"}  # the measured step
+
+
+def ddp_breakdown_figure(summary: pd.DataFrame) -> go.Figure:
+    """Stacked bars of the step (ms) per world size and variant, with the measured step."""
+    return stacked_figure(
+        summary,
+        DDP_PARTS,
+        ("rank_step_us", "step (measured)", STEP_TICK),
+        "DDP step: where the time goes (DDP logging data)",
+    )
 
 
 def ddp_overlap_figure(summary: pd.DataFrame) -> go.Figure:

@@ -76,27 +76,19 @@ def model_shape(params: int, hidden: int = 0, layers: int = 0) -> tuple[int, int
 
 
 @dataclass(frozen=True, kw_only=True)
-class DDPParams(ProbeParams):
-    """The DDP micro-benchmark: a synthetic transformer of `model_params` parameters (or
-    `hidden` x `layers`), `batch` sequences of `seq` tokens per rank, each variant's steps."""
+class ModelParams(ProbeParams):
+    """The synthetic transformer of `model_params` parameters (or `hidden` x `layers`) and
+    `batch` sequences of `seq` tokens per rank: what `MODEL_OPTIONS` set, for every probe
+    that trains it."""
 
     model_params: int = 2_000_000
     hidden: int = 0  # 0: derived from model_params
     layers: int = 0
     batch: int = 2
     seq: int = 64
-    variants: tuple[str, ...] = ("default", "bucket=1", "hook=fp16", "accum=4")
-    scaling: bool = True  # the default variant at every world size (weak scaling)
-    warmup_iters: int = 2
-    min_iters: int = 5
-    max_iters: int = 50
-    budget_s: float = 1.0
+    scaling: bool = True  # every world size, one rank alone first (weak scaling)
 
-    def __post_init__(self) -> None:
-        if not self.variants:
-            raise UsageError("no DDP variant given", "e.g. --ddp-variants default,accum=4")
-        for name in self.variants:
-            parse_variant(name)
+    def _check_model(self) -> None:
         if min(self.batch, self.seq) < 1 or self.model_params < 1:
             raise UsageError("--batch, --seq and --model-params must be positive")
         if min(self.hidden, self.layers) < 0 or self.hidden % 64:
@@ -107,6 +99,24 @@ class DDPParams(ProbeParams):
     def shape(self) -> tuple[int, int]:
         """(hidden, layers)."""
         return model_shape(self.model_params, self.hidden, self.layers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPParams(ModelParams):
+    """The DDP micro-benchmark: each variant's steps on the synthetic transformer."""
+
+    variants: tuple[str, ...] = ("default", "bucket=1", "hook=fp16", "accum=4")
+    warmup_iters: int = 2
+    min_iters: int = 5
+    max_iters: int = 50
+    budget_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            raise UsageError("no DDP variant given", "e.g. --ddp-variants default,accum=4")
+        for name in self.variants:
+            parse_variant(name)
+        self._check_model()
 
 
 def suite_ddp(suite: str, device: str) -> DDPParams:

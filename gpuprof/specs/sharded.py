@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv
 from gpuprof.registry import Metric, Option, ProbeSpec
-from gpuprof.specs.ddp import MODEL_OPTIONS, ddp_scopes, model_shape
+from gpuprof.specs.ddp import MODEL_OPTIONS, ModelParams, ddp_scopes
 
 # the strategy that shards nothing is the DDP baseline (spelled here once: the registry's rule
 # keeps a probe's quoted name to its own modules, and this is a strategy, not the probe)
@@ -72,16 +71,10 @@ def theory_memory(strategy: str, n: int, num_params: int) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShardedParams(ProbeParams):
+class ShardedParams(ModelParams):
     """The same synthetic transformer and batch under each strategy, at every world size."""
 
-    model_params: int = 2_000_000
-    hidden: int = 0  # 0: derived from model_params
-    layers: int = 0
-    batch: int = 2
-    seq: int = 64
     strategies: tuple[str, ...] = (DDP, ZERO1, FSDP)
-    scaling: bool = True  # every strategy at every world size (one rank alone first)
     warmup_iters: int = 2
     min_iters: int = 5
     max_iters: int = 50
@@ -89,16 +82,7 @@ class ShardedParams(ProbeParams):
 
     def __post_init__(self) -> None:
         check_choices("strategy", self.strategies, STRATEGIES)
-        if min(self.batch, self.seq) < 1 or self.model_params < 1:
-            raise UsageError("--batch, --seq and --model-params must be positive")
-        if min(self.hidden, self.layers) < 0 or self.hidden % 64:
-            raise UsageError("--hidden must be a multiple of 64 and --layers positive")
-        self._check_iterations()
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(hidden, layers)."""
-        return model_shape(self.model_params, self.hidden, self.layers)
+        self._check_model()
 
 
 def suite_sharded(suite: str, device: str) -> ShardedParams:

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from gpuprof.analysis.summary import Analyzed
-from gpuprof.reports.figures import _LAYOUT, case_label, scaling_figure
+from gpuprof.reports.figures import _LAYOUT, STEP_TICK, scaling_figure, stacked_figure
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed, summary_table
 
 METHOD = (
@@ -58,40 +58,6 @@ def memory_figure(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
-    """Stacked bars of the step per case: the twin's compute and what the strategy adds."""
-    labels = [case_label(r) for _, r in summary.iterrows()]
-    fig = go.Figure()
-    for column, name, color in PARTS:
-        fig.add_trace(
-            go.Bar(
-                x=labels,
-                y=summary[column] / 1e3,
-                name=name,
-                marker_color=color,
-                hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>",
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=labels,
-            y=summary["rank_step_us"] / 1e3,
-            mode="markers",
-            name="step (measured)",
-            marker={"symbol": "line-ew-open", "size": 28, "color": "black"},
-            hovertemplate="step %{y:.2f} ms<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title="Step per strategy: compute (twin) and what sharding adds",
-        barmode="stack",
-        yaxis={"title": "ms per step"},
-        height=420,
-        **_LAYOUT,
-    )
-    return fig
-
-
 def _fmt(value: Any, form: str) -> str:
     return "-" if value is None or pd.isna(value) else format(value, form)
 
@@ -133,7 +99,13 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     summary = analyzed.summary(table)
     if summary.empty:
         return []
-    figures = [embed(memory_figure(summary)), embed(breakdown_figure(summary))]
+    breakdown = stacked_figure(
+        summary,
+        PARTS,
+        ("rank_step_us", "step (measured)", STEP_TICK),
+        "Step per strategy: compute (twin) and what sharding adds",
+    )
+    figures = [embed(memory_figure(summary)), embed(breakdown)]
     if (summary["scope"] == "single").any() and summary["world_size"].nunique() > 1:
         figures.append(embed(scaling_figure(summary[summary["efficiency"].notna()])))
     first = summary.iloc[0]

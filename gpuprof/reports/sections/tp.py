@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-import plotly.graph_objects as go
-
 from gpuprof.analysis.summary import Analyzed
-from gpuprof.reports.figures import _LAYOUT, case_label
+from gpuprof.reports.figures import stacked_figure
 from gpuprof.reports.sections import Figures, Note, Section, embed, summary_table
 
 METHOD = (
@@ -23,42 +20,11 @@ METHOD = (
 )
 
 
-def tp_figure(summary: pd.DataFrame) -> go.Figure:
-    """Stacked bars per case: compute per rank, exposed communication; the all_reduces alone
-    as a marker."""
-    labels = [case_label(r) for _, r in summary.iterrows()]
-    fig = go.Figure()
-    for column, name, color in (
-        ("compute_us", "compute per rank (twin)", "#4c78a8"),
-        ("exposed_comm_us", "exposed communication + overhead", "#e45756"),
-    ):
-        fig.add_trace(
-            go.Bar(
-                x=labels,
-                y=summary[column] / 1e3,
-                name=name,
-                marker_color=color,
-                hovertemplate="%{y:.2f} ms<extra>" + name + "</extra>",
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=labels,
-            y=summary["comm_only_us"] / 1e3,
-            mode="markers",
-            name="all_reduces alone",
-            marker={"symbol": "diamond", "size": 10, "color": "#f58518"},
-            hovertemplate="all_reduces alone %{y:.2f} ms<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title="Tensor-parallel layer (forward + backward): compute and communication",
-        barmode="stack",
-        yaxis={"title": "ms per layer"},
-        height=420,
-        **_LAYOUT,
-    )
-    return fig
+PARTS = (
+    ("compute_us", "compute per rank (twin)", "#4c78a8"),
+    ("exposed_comm_us", "exposed communication + overhead", "#e45756"),
+)
+ALONE = {"symbol": "diamond", "size": 10, "color": "#f58518"}
 
 
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
@@ -69,6 +35,13 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     summary = analyzed.summary(table)
     if summary.empty:
         return []
+    figure = stacked_figure(
+        summary,
+        PARTS,
+        ("comm_only_us", "all_reduces alone", ALONE),
+        "Tensor-parallel layer (forward + backward): compute and communication",
+        unit="ms per layer",
+    )
     first = summary.iloc[0]
     note = (
         f"Hidden {first['hidden']}, {first['batch']} x {first['seq']} tokens. Where the "
@@ -81,7 +54,7 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
             anchor="tp",
             blocks=[
                 Note(text=note),
-                Figures(html=[embed(tp_figure(summary))]),
+                Figures(html=[embed(figure)]),
                 summary_table(
                     summary,
                     table,
