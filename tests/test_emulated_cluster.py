@@ -329,8 +329,10 @@ def test_fsdp_nic_bytes_match_its_accounting(tmp_path: Path) -> None:
     """FSDP between 2 emulated nodes (one rank each): the bytes each node's NIC sent during
     the case (telemetry) against what the probe accounted per step, times the steps that
     communicate (a settling and an accounted step, then per round the step and its replay).
-    Gloo runs reduce_scatter as an all_reduce does (twice the ring's bytes: measured per op
-    on this link), so the expectation counts it so; the ring theory is printed beside."""
+    ProcessGroupGloo runs reduce_scatter_tensor as an all_reduce of the whole buffer and a copy
+    of its chunk (reduce_scatter_tensor_coalesced in ProcessGroupGloo.cpp; twice the ring's
+    bytes, as measured per op on this link), so the expectation counts it so; the ring theory
+    (NCCL's) is printed beside."""
     from gpuprof.analysis.sharded import summarize_sharded
 
     with emulated_cluster(2, f"{RATE_MBIT}mbit") as cluster:

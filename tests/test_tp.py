@@ -10,6 +10,7 @@ import pytest
 
 from gpuprof.advice.tp import tp_findings
 from gpuprof.analysis.tp import summarize_tp
+from gpuprof.errors import UsageError
 from gpuprof.specs.tp import theory_sent
 from gpuprof.store import open_run
 from tests.conftest import Gp
@@ -82,6 +83,24 @@ def test_attention_heads_must_split_evenly(gp: Gp, tmp_path: Path) -> None:
                 "--tp-hidden", "192")  # fmt: skip
     assert result.code == 2 and "3 heads (--tp-hidden 192 / 64) do not divide over 2" in result.err
     assert len(result.err.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def test_the_suite_widens_attention_until_its_heads_split() -> None:
+    """A default sweep never fails on the heads: 16 ranks (sizes 1..16) and 3 ranks widen
+    the CPU preset's 8 heads to 16 and 24; explicit options keep their width."""
+    from gpuprof import registry
+
+    spec = registry.get("tp")
+    for (nodes, gpus), hidden in (((1, 2), 512), ((2, 8), 1024), ((1, 3), 1536)):
+        params = registry.preset(spec, "standard", "cpu", nodes, gpus)
+        assert params.hidden == hidden
+        params.check_job(nodes, gpus, "cpu")
+    given = registry.params_for(spec, "standard", "cpu", {"tp_hidden": 256}, 2, 3)
+    assert given.hidden == 256  # 4 heads: n=2 splits them, n=3 and 6 skip with the reason
+    given.check_job(2, 3, "cpu")
+    with pytest.raises(UsageError, match=r"4 heads .* do not divide over 3 ranks"):
+        one_each = registry.params_for(spec, "standard", "cpu", {"tp_hidden": 256}, 3, 1)
+        one_each.check_job(3, 1, "cpu")  # sizes 1 and 3: no group can split 4 heads
 
 
 @pytest.mark.gloo("tp")

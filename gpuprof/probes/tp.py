@@ -44,10 +44,9 @@ from gpuprof.probes._harness import (
 from gpuprof.probes._timing import clock_ns
 from gpuprof.specs.ddp import ddp_scopes
 from gpuprof.specs.sharded import sent_bytes
-from gpuprof.specs.tp import TPParams, activation_bytes, theory_sent
+from gpuprof.specs.tp import HEAD, TPParams, activation_bytes, theory_sent
 
 PROBE = "tp"
-HEAD = 64
 # functional collectives (what DTensor issues) -> the ring op they count as
 FUNCTIONAL = {
     "all_reduce": "all_reduce",

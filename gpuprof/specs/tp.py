@@ -11,6 +11,7 @@ per layer and step (fp32).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
@@ -19,6 +20,7 @@ from gpuprof.registry import Metric, Option, ProbeSpec
 from gpuprof.specs.ddp import ddp_scopes
 
 LAYERS = ("mlp", "attention")
+HEAD = 64  # the width of an attention head
 
 
 def activation_bytes(tokens: int, hidden: int, dtype_bytes: int = 4) -> float:
@@ -61,15 +63,21 @@ class TPParams(ProbeParams):
         return self.batch * self.seq
 
     def check_job(self, num_nodes: int, gpus_per_node: int, device: str) -> None:
-        heads = self.hidden // 64
-        sizes = {s.world_size for s in ddp_scopes(num_nodes, gpus_per_node, self.scaling)}
-        odd = sorted(n for n in sizes if heads % n)
-        if "attention" in self.layers and odd:
+        """Attention splits whole heads: a group size that does not divide them skips that
+        case (with the reason); none at all is a mistake in the options."""
+        heads = self.hidden // HEAD
+        sizes = [n for n in group_sizes(num_nodes, gpus_per_node, self.scaling) if n > 1]
+        if "attention" in self.layers and sizes and all(heads % n for n in sizes):
             raise UsageError(
-                f"attention splits whole heads: {heads} heads (--tp-hidden {self.hidden} / 64) "
-                f"do not divide over {odd[0]} ranks",
-                "choose --tp-hidden as 64 x a multiple of every group size, or --tp-layers mlp",
+                f"attention splits whole heads: {heads} heads (--tp-hidden {self.hidden} / "
+                f"{HEAD}) do not divide over {' or '.join(map(str, sizes))} ranks",
+                "choose --tp-hidden as 64 x a multiple of the group sizes, or --tp-layers mlp",
             )
+
+
+def group_sizes(num_nodes: int, gpus_per_node: int, scaling: bool) -> list[int]:
+    """The world sizes a job splits the layers over, smallest first."""
+    return sorted({s.world_size for s in ddp_scopes(num_nodes, gpus_per_node, scaling)})
 
 
 def suite_tp(suite: str, device: str) -> TPParams:
@@ -82,14 +90,21 @@ def suite_tp(suite: str, device: str) -> TPParams:
     return TPParams(hidden=1024 if suite == "full" else 512, budget_s=1.0)
 
 
-def quick_for_job(
+def fit_to_job(
     params: ProbeParams, suite: str, device: str, num_nodes: int, gpus_per_node: int
 ) -> ProbeParams:
-    """The quick suite on more than one node: the MLP only."""
+    """The suite's layers fitted to the job: the attention layer as wide as it must be for its
+    heads to split over every group size (512 wide on CPU is 8 heads: 16 ranks need 16, so
+    1024 there; 3 ranks need 24, so 1536); the quick suite on more than one node measures the
+    MLP only."""
     assert isinstance(params, TPParams)
-    if suite != "quick" or num_nodes == 1:
-        return params
-    return replace(params, layers=params.layers[:1])
+    if suite == "quick" and num_nodes > 1:
+        params = replace(params, layers=params.layers[:1])
+    if "attention" in params.layers:
+        heads = params.hidden // HEAD
+        need = math.lcm(heads, *group_sizes(num_nodes, gpus_per_node, params.scaling))
+        params = replace(params, hidden=HEAD * need)
+    return params
 
 
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
@@ -151,7 +166,7 @@ SPEC = ProbeSpec(
     ),
     count_cases=count_cases,
     link_bytes=link_bytes,
-    for_job=quick_for_job,
+    for_job=fit_to_job,
     case_overhead_s=0.5,
     rank_module="gpuprof.probes.tp",
     summarize="gpuprof.analysis.tp:summarize_run",
