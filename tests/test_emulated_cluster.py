@@ -340,8 +340,17 @@ def test_fsdp_nic_bytes_match_its_accounting(tmp_path: Path) -> None:
             cluster,
             tmp_path,
             [
+                # a small tp case after it, so the sampler's counters outlast the FSDP window
                 "--probes",
-                "sharded",
+                "sharded,tp",
+                "--tp-layers",
+                "mlp",
+                "--tp-hidden",
+                "64",
+                "--tp-batch",
+                "1",
+                "--tp-seq",
+                "8",
                 "--strategies",
                 "fsdp",
                 "--no-scaling",
