@@ -212,7 +212,8 @@ def _who(failure: dict[str, Any]) -> str:
 @_launch_options
 @click.option(
     "--probes",
-    help=f"probes to run [default: {','.join(registry.names())}; the ci suite: "
+    help=f"probes to run [default: {','.join(registry.suite_probes('quick', 'cpu'))}; the "
+    f"standard and full suites add {','.join(registry.beyond_quick())}; the ci suite: "
     f"{','.join(registry.suite_probes('ci', 'cpu'))} on CPU, "
     f"{','.join(registry.suite_probes('ci', 'cuda'))} on GPU]",
 )

@@ -113,6 +113,9 @@ class ProbeSpec:
     metrics: tuple[Metric, ...] = ()
     tables: tuple[str, ...] = field(default=())  # run-format tables it writes (default: name)
     ci_devices: tuple[str, ...] = ()  # the devices (cpu, cuda) whose `ci` suite runs it
+    # the other suites that run it when --probes is not given (named, it runs in any suite):
+    # studies too long for the quick suite's first look join from the standard suite
+    suites: tuple[str, ...] = ("quick", "standard", "full")
 
     @property
     def table_names(self) -> tuple[str, ...]:
@@ -181,11 +184,17 @@ def get(name: str) -> ProbeSpec:
 
 
 def suite_probes(suite: str, device: str) -> tuple[str, ...]:
-    """The probes a sweep of `suite` on `device` runs when --probes is not given: every probe,
-    or for the `ci` suite the probes whose spec names the device."""
+    """The probes a sweep of `suite` on `device` runs when --probes is not given: those whose
+    spec lists the suite, or for the `ci` suite the probes whose spec names the device."""
     if suite != "ci":
-        return names()
+        return tuple(name for name, spec in specs().items() if suite in spec.suites)
     return tuple(name for name, spec in specs().items() if device in spec.ci_devices)
+
+
+def beyond_quick() -> tuple[str, ...]:
+    """The probes the standard suite runs and the quick suite does not."""
+    quick = suite_probes("quick", "cpu")
+    return tuple(p for p in suite_probes("standard", "cpu") if p not in quick)
 
 
 def table_owner(table: str) -> ProbeSpec | None:

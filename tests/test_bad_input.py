@@ -106,6 +106,15 @@ SWEEP = [
     (["--chunks", "1"], "--chunks at least 2"),
     (["--pp-hidden", "0"], "invalid --pp-hidden"),
     (["--resume", "99"], "no run '99'"),
+    (["--strategies", ""], "invalid --strategies ''"),
+    (["--strategies", "zero9"], "unknown strategy 'zero9'"),
+    (["--strategies", "ddp,,fsdp"], "an empty item"),
+    (["--model-params", "0"], "--model-params must be positive"),
+    (["--tp-layers", "conv"], "unknown tensor-parallel layer 'conv'"),
+    (["--tp-hidden", "100"], "--tp-hidden must be a positive multiple of 64"),
+    (["--tp-hidden", "0"], "invalid --tp-hidden 0"),
+    (["--tp-batch", "0"], "invalid --tp-batch 0"),
+    (["--tp-hidden", "192", "--gpus", "2"], "3 heads (--tp-hidden 192 / 64) do not divide"),
 ]
 
 

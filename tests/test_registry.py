@@ -194,6 +194,18 @@ def test_dry_run_says_what_it_will_run_and_how_long(gp: Any, tmp_path: Path) -> 
     assert not (tmp_path / "r").exists()
 
 
+def test_studies_join_from_the_standard_suite() -> None:
+    """The quick suite keeps to its first look; the training-strategy studies run from the
+    standard suite on, or in any suite when named."""
+    quick = registry.suite_probes("quick", "cpu")
+    assert quick == NAMES[:6] and registry.beyond_quick() == ("sharded", "tp")
+    assert (
+        registry.suite_probes("standard", "cuda") == NAMES == registry.suite_probes("full", "cpu")
+    )
+    plan = build_plan(("tp",), {}, nodes=1, gpus=2, suite="quick", device="cpu")
+    assert plan.probes == ("tp",)
+
+
 def test_the_quick_suite_thins_on_more_than_one_node() -> None:
     """Across nodes the quick suite's heaviest probes keep to a few minutes; one node keeps
     the suite as it is, and the standard suite is never thinned."""

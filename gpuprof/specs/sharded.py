@@ -184,5 +184,6 @@ SPEC = ProbeSpec(
     ),
     section="gpuprof.reports.sections.sharded:section",
     advice="gpuprof.advice.sharded:findings",
+    suites=("standard", "full"),  # a study beyond the quick suite's first look (or named)
     metrics=(Metric(column="samples_per_s", better="higher", keys=_KEYS),),
 )

@@ -187,5 +187,6 @@ SPEC = ProbeSpec(
     ),
     section="gpuprof.reports.sections.tp:section",
     advice="gpuprof.advice.tp:findings",
+    suites=("standard", "full"),  # a study beyond the quick suite's first look (or named)
     metrics=(Metric(column="layer_us", better="lower", keys=_KEYS),),
 )
