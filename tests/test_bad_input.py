@@ -114,7 +114,7 @@ SWEEP = [
     (["--tp-hidden", "100"], "--tp-hidden must be a positive multiple of 64"),
     (["--tp-hidden", "0"], "invalid --tp-hidden 0"),
     (["--tp-batch", "0"], "invalid --tp-batch 0"),
-    (["--tp-hidden", "192", "--gpus", "2"], "3 heads (--tp-hidden 192 / 64) do not divide"),
+    (["--probes", "tp", "--tp-hidden", "192", "--gpus", "2"], "3 heads (--tp-hidden 192 / 64)"),
 ]
 
 
