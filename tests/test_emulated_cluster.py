@@ -258,8 +258,9 @@ def test_check_flags_a_slower_link_on_the_cases_that_cross_it(tmp_path: Path) ->
     (they move with the machine's noise). Not rails: its two groups share the link at once and
     split it unevenly from run to run, so each alone is noise-bound. 40%, not 20%: the global
     1 MiB case spends about a quarter of its time off the link (loopback hops, CPU), so a 20%
-    cut moved it by 15.4% against a 15.6% threshold in one CI run; the detection rate at 20%
-    is measured by benchmarks/gate_rates.py, not asserted here."""
+    cut moved it by 15.4% against a 15.6% threshold in one CI run. The gate's detection rates
+    at 10% and 20% are measured by benchmarks/gate_rates.py (the fault hook), not asserted
+    here; the README keeps one measured 20% link cut."""
     plan = [
         "--probes", "collectives", "-o", "all_reduce", "--sizes", "1M,4M", "--suite", "ci",
         "--scopes", "intra,inter,global", "--budget-ms", "300", "--min-iters", "5",
