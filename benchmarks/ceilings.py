@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpuprof.groups import device_scopes
-from gpuprof.launch import free_port
+from gpuprof.launch.torchrun import free_port
+from gpuprof.machine.groups import device_scopes
 from gpuprof.probes import compute, memory
 from gpuprof.probes._harness import Budget, Context, init, make_scopes, run_case
-from gpuprof.records import read_shard
+from gpuprof.runs.records import read_shard
 from gpuprof.specs.ceilings import CeilingParams
 from gpuprof.units import format_size, parse_size
 

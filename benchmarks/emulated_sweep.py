@@ -32,7 +32,7 @@ def sweep_argv(args: argparse.Namespace, node: int, master: str, extra: list[str
 def probe_seconds(run_dir: Path) -> dict[str, float]:
     """Each probe's span on node 0: first case start to last case end, from the run table."""
     from gpuprof import registry
-    from gpuprof.store import open_run
+    from gpuprof.runs.store import open_run
 
     run = open_run("latest", run_dir)
     spans: dict[str, float] = {}

@@ -25,11 +25,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpuprof.groups import GroupSpec
-from gpuprof.launch import free_port
+from gpuprof.launch.torchrun import free_port
+from gpuprof.machine.groups import GroupSpec
 from gpuprof.probes import collectives
 from gpuprof.probes._harness import Budget, Context, Scope, init, run_case
-from gpuprof.records import read_shard
+from gpuprof.runs.records import read_shard
 from gpuprof.specs.collectives import CollectivesParams
 from gpuprof.units import format_size, parse_size_list
 

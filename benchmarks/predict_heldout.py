@@ -40,10 +40,10 @@ def measure(out: Path, nodes: int, rate: str) -> None:
 
 
 def main() -> int:
-    from gpuprof.analysis import scaling
-    from gpuprof.analysis.fits import fit_collectives
     from gpuprof.analysis.summary import Analyzed
-    from gpuprof.store import open_run
+    from gpuprof.predict.fits import fit_collectives
+    from gpuprof.predict.predictions import scaling
+    from gpuprof.runs.store import open_run
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)

@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness_overhead import gpuprof_case, join_world, slowest_rank_times
 
-from gpuprof.launch import free_port
+from gpuprof.launch.torchrun import free_port
 from gpuprof.probes._harness import Scope
 from gpuprof.telemetry import sampler
 from gpuprof.units import format_size, parse_size_list

@@ -6,16 +6,16 @@ Public API (kept honest by tests/test_api.py):
     Run.info, Run.table(name), Run.tables()  run.json and per-iteration DataFrames
     GpuprofError, UsageError, MeasurementError
 
-`open_run` and `Run` load pandas on first use, so `gpuprof.records` stays stdlib-only.
+`open_run` and `Run` load pandas on first use, so `gpuprof.runs.records` stays stdlib-only.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
-from gpuprof.records import SCHEMA_VERSION
+from gpuprof.runs.records import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from gpuprof.store import Run, open_run
+    from gpuprof.runs.store import Run, open_run
 
 __version__ = "0.1.0"
 
@@ -32,7 +32,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("Run", "open_run"):
-        from gpuprof import store
+        # deferred: loads pandas
+        from gpuprof.runs import store
 
         return getattr(store, name)
     raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")

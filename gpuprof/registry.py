@@ -64,7 +64,7 @@ class Option:
 
 
 # the regression gate's defaults: the smallest change that can count as a regression, and the
-# false-alarm rate of one comparison (gpuprof.analysis.regression says how both are used; a
+# false-alarm rate of one comparison (gpuprof.gate.stats says how both are used; a
 # measuring check confirms what it finds with a second run, so its own rate is far lower)
 MIN_EFFECT = 0.05
 ALPHA = 0.05

@@ -13,9 +13,9 @@ from pathlib import Path
 from gpuprof import open_run
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import summarize_run
-from gpuprof.hardware import gpu_peaks, pcie_x16_gbps
-from gpuprof.store import Run
-from gpuprof.topology import normalize_bus_id
+from gpuprof.machine.hardware import gpu_peaks, pcie_x16_gbps
+from gpuprof.machine.topology import normalize_bus_id
+from gpuprof.runs.store import Run
 
 # ranges a healthy machine lands in (measured share of the datasheet figure)
 H2D_PINNED = (0.60, 1.00)  # PCIe Gen4 ~26 of 31.5 GB/s, Gen5 ~55 of 63

@@ -121,7 +121,7 @@ SWEEP = [
 @pytest.fixture
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if anything would be launched or measured."""
-    from gpuprof import runner
+    from gpuprof.launch import runner
 
     def launched(*args: object, **kwargs: object) -> None:
         raise AssertionError("launched")

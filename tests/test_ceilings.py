@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
-from gpuprof.hardware import gpu_peaks, nic_gbps, pcie_x16_gbps, pct_of_peak
+from gpuprof.machine.hardware import gpu_peaks, nic_gbps, pcie_x16_gbps, pct_of_peak
 from tests.conftest import Gp
 
 

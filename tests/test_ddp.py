@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.store import open_run
+from gpuprof.runs.store import open_run
 from tests.conftest import TINY_DDP, Gp
 
 

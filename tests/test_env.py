@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.env import REDACTED, captured_env, detect_launcher
+from gpuprof.machine.env import REDACTED, captured_env, detect_launcher
 from tests.conftest import Gp
 
 
@@ -65,7 +65,7 @@ def test_captured_env_allow_list_and_redaction() -> None:
 
 
 def test_local_checks() -> None:
-    from gpuprof.env import local_checks
+    from gpuprof.machine.node import local_checks
 
     lo = {"name": "lo", "up": True}
     eth = {"name": "eth0", "up": True}

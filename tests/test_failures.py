@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpuprof import open_run
-from gpuprof.records import iter_run_records
+from gpuprof.runs.records import iter_run_records
 from tests.conftest import FAST
 
 TIMEOUT_S = 8

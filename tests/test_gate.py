@@ -20,10 +20,10 @@ from gpuprof.analysis.measured import (
     _with_slots,
     case_key,
 )
-from gpuprof.analysis.regression import compare
-from gpuprof.check import Side, baseline_json, read_baseline, run_check
 from gpuprof.errors import UsageError
-from gpuprof.reports import verdicts
+from gpuprof.gate import verdicts
+from gpuprof.gate.check import Side, baseline_json, read_baseline, run_check
+from gpuprof.gate.stats import compare
 from tests.conftest import Gp
 
 FP = {

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from gpuprof.analysis.p2p import link_class, topology_links
-from gpuprof.hardware import gpu_peaks
-from gpuprof.telemetry.fake import FakeNVML
+from gpuprof.machine.fake_nvml import FakeNVML
+from gpuprof.machine.hardware import gpu_peaks
+from gpuprof.machine.topology import format_topology, gpu_topology, normalize_bus_id
 from gpuprof.telemetry.nvml import GpuSampler
-from gpuprof.topology import format_topology, gpu_topology, normalize_bus_id
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -265,7 +265,7 @@ def test_init_binds_the_device_and_scopes_are_released(monkeypatch: pytest.Monke
     monkeypatch.setattr(_harness.dist, "init_process_group", lambda *a, **k: seen.update(k))
     monkeypatch.setattr(_harness.dist, "get_world_size", lambda: 1)
     monkeypatch.setattr(_harness.dist, "get_rank", lambda: 0)
-    monkeypatch.setattr(_harness, "Watchdog", lambda ctx: None)
+    monkeypatch.setattr(_harness, "Watchdog", lambda **kw: None)
     _harness.init(None, "cuda", 10.0)
     assert seen["device_id"] == torch.device("cuda", 0)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprof.groups import scope_groups
-from gpuprof.launch import LaunchConfig, node_command
-from gpuprof.plan import SweepPlan
+from gpuprof.launch.launchers import node_command
+from gpuprof.launch.torchrun import LaunchConfig
+from gpuprof.machine.groups import scope_groups
 from gpuprof.probes._transfer import merge_chunk
 from gpuprof.probes.sweep import preflight
-from gpuprof.records import shard_path
+from gpuprof.runs.plan import SweepPlan
+from gpuprof.runs.records import shard_path
 
 
 def test_inter_and_rails_scopes() -> None:

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from gpuprof.analysis.p2p import flag_outliers, link_class, summarize_p2p, topology_links
+from gpuprof.machine.fake_nvml import FakeNVML
+from gpuprof.machine.topology import format_topology, gpu_topology
 from gpuprof.specs.p2p import pair_rounds
-from gpuprof.telemetry.fake import FakeNVML
-from gpuprof.topology import format_topology, gpu_topology
 from tests.conftest import Gp
 
 

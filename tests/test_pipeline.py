@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.runs.store import open_run
 from gpuprof.specs.pipeline import PIPELINE_SCHEDULES
-from gpuprof.store import open_run
 from tests.conftest import Gp
 
 SMALL = [

@@ -1,8 +1,8 @@
 import pytest
 
 from gpuprof.errors import UsageError
-from gpuprof.groups import intra_sizes, scope_groups
-from gpuprof.plan import SweepPlan
+from gpuprof.machine.groups import intra_sizes, scope_groups
+from gpuprof.runs.plan import SweepPlan
 from gpuprof.specs.collectives import CollectivesParams, suite_collectives
 
 

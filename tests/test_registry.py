@@ -16,7 +16,7 @@ import pytest
 from gpuprof import registry
 from gpuprof.cli import cli
 from gpuprof.params import ProbeParams
-from gpuprof.plan import SweepPlan, build_plan
+from gpuprof.runs.plan import SweepPlan, build_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = registry.names()
@@ -172,8 +172,8 @@ def test_case_counts_match_a_real_run(two_rank_run: Path) -> None:
     """The estimate's case counts are the cases a real 2-rank run recorded (one node, so no
     two groups of one scope ran at the same time)."""
     from gpuprof import open_run
-    from gpuprof.plan import estimates
-    from gpuprof.store import read_json
+    from gpuprof.runs.plan import estimates
+    from gpuprof.runs.store import read_json
 
     run = open_run(two_rank_run)
     plan = SweepPlan.from_dict(read_json(run.path / "plan.json"))
@@ -223,7 +223,7 @@ def test_the_quick_suite_thins_on_more_than_one_node() -> None:
     standard = build_plan((), {}, nodes=2, gpus=2, suite="standard", device="cpu")
     assert standard.params["collectives"] == registry.get("collectives").suite("standard", "cpu")
     # the estimate, which knows the 200 Mbit/s link, is within the 2-minute goal
-    from gpuprof.plan import estimated_seconds
+    from gpuprof.runs.plan import estimated_seconds
 
     assert estimated_seconds(two) < 120
     full_quick = build_plan(
@@ -267,7 +267,7 @@ def test_the_estimate_adds_what_the_link_takes() -> None:
 
 
 def test_the_link_rate_is_the_interface_the_ranks_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuprof import env
+    from gpuprof.machine import env
 
     nics = [
         {"name": "lo", "up": True, "speed_mbps": 0},

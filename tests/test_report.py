@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpuprof import open_run
 from gpuprof.reports.html import write_report
-from gpuprof.store import update_run_json
+from gpuprof.runs.store import update_run_json
 from tests.conftest import Gp
 
 PLOTLY_MARKER = "Plotly.newPlot"

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuprof.analysis.fits import Fit, Piece, fit_alpha_beta, fit_collectives
-from gpuprof.analysis.scaling import (
+from gpuprof.errors import UsageError
+from gpuprof.predict.fits import Fit, Piece, fit_alpha_beta, fit_collectives
+from gpuprof.predict.scaling import (
     DDPBasis,
     Link,
     Links,
@@ -26,7 +27,6 @@ from gpuprof.analysis.scaling import (
     predict_ddp,
     predict_pipeline,
 )
-from gpuprof.errors import UsageError
 
 SIZES = [float(1 << k) for k in range(10, 29)]  # 1 KiB .. 256 MiB
 
@@ -216,8 +216,8 @@ def test_pipeline_excess_is_fitted_and_projected() -> None:
 
 def test_fits_on_a_real_run_reproduce_its_points(dp_run: Path) -> None:
     from gpuprof import open_run
-    from gpuprof.analysis.fits import slowest_group_times
     from gpuprof.analysis.summary import Analyzed
+    from gpuprof.predict.fits import slowest_group_times
 
     summary = Analyzed(open_run(dp_run)).summary("collectives")
     fits, _ = fit_collectives(summary)
@@ -270,7 +270,7 @@ def test_predict_command_on_a_real_run(dp_run: Path, gp: Any) -> None:
     # its own shape gives back what the run measured: the step without its all_reduce + its
     # A/B cost (at most the all_reduces alone); against the median step (a median of another
     # quantity) it once missed by 40% on a busy machine
-    from gpuprof.analysis.scaling import ddp_basis
+    from gpuprof.predict.scaling import ddp_basis
 
     basis = ddp_basis(measured, 2)
     exposed = max(0.0, min(basis.cost_us, basis.comm_only_us))

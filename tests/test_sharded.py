@@ -10,6 +10,7 @@ import pytest
 
 from gpuprof.advice.sharded import capacity_per_rank, sharded_findings
 from gpuprof.analysis.sharded import summarize_sharded
+from gpuprof.runs.store import open_run
 from gpuprof.specs.sharded import (
     DDP,
     FSDP,
@@ -21,7 +22,6 @@ from gpuprof.specs.sharded import (
     theory_memory,
     theory_sent,
 )
-from gpuprof.store import open_run
 from tests.conftest import TINY_DDP, Gp
 
 

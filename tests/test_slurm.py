@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof import open_run
-from gpuprof.launch import free_port
+from gpuprof.launch.torchrun import free_port
 
 FAKE = Path(__file__).resolve().parent / "fake_slurm"
 HOSTS = "localhost vm"  # both resolve to this machine; the first runs `gpuprof sweep`

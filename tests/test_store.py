@@ -12,9 +12,16 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.errors import GpuprofError, RunNotFoundError, UsageError
-from gpuprof.records import CaseRecord, ShardWriter, Where, phase_marker, read_shard, shard_path
-from gpuprof.store import RUN_JSON, create_run_dir, resolve_run, update_run_json
-from gpuprof.tables import consolidate
+from gpuprof.runs.records import (
+    CaseRecord,
+    ShardWriter,
+    Where,
+    phase_marker,
+    read_shard,
+    shard_path,
+)
+from gpuprof.runs.store import RUN_JSON, create_run_dir, resolve_run, update_run_json
+from gpuprof.runs.tables import consolidate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.health import attribute, case_windows, node_series
+from gpuprof.machine.fake_nvml import FakeNVML
 from gpuprof.telemetry import sampler
-from gpuprof.telemetry.fake import FakeNVML
 from gpuprof.telemetry.nvml import GpuSampler, counter_delta, decode_reasons
 from tests.conftest import Gp
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof import open_run
-from gpuprof.launch import free_port
+from gpuprof.launch.torchrun import free_port
 
 
 @pytest.mark.slow

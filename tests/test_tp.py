@@ -11,8 +11,8 @@ import pytest
 from gpuprof.advice.tp import tp_findings
 from gpuprof.analysis.tp import summarize_tp
 from gpuprof.errors import UsageError
+from gpuprof.runs.store import open_run
 from gpuprof.specs.tp import theory_sent
-from gpuprof.store import open_run
 from tests.conftest import Gp
 
 

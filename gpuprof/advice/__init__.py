@@ -4,4 +4,6 @@ plus the run-level telemetry rules.
 
 A finding never states what the data does not show: a rule that lacks its inputs (an unknown
 GPU, no pair flagged) says nothing.
+
+May import analysis, the predictor (predicted what-ifs) and the foundations; never torch.
 """

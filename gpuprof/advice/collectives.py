@@ -8,7 +8,7 @@ import pandas as pd
 
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import Analyzed
-from gpuprof.hardware import gpu_peaks
+from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.units import format_size
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.analysis.ddp import scaling, variants
 from gpuprof.analysis.summary import Analyzed
 
 EXPOSED_LIMIT_PCT = 20.0
@@ -27,8 +28,6 @@ def _where(row: dict[str, Any]) -> str:
 
 def _best_variant(summary: pd.DataFrame) -> str:
     """'the best measured variant X: +G% samples/s (a vs b)', or '' if none beats the first."""
-    from gpuprof.analysis.ddp import variants
-
     rows = variants(summary)
     if len(rows) < 2:
         return ""
@@ -61,8 +60,6 @@ def _how(variant: str) -> str:
 
 def ddp_findings(summary: pd.DataFrame) -> list[str]:
     """Exposed communication, headroom and weak-scaling rules over the DDP summary."""
-    from gpuprof.analysis.ddp import scaling
-
     if summary.empty:
         return []
     findings = []

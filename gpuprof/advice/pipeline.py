@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gpuprof.analysis.pipeline import bubble_fraction, micro_batches_for, stage_table
 from gpuprof.analysis.summary import Analyzed
 
 BUBBLE_LIMIT_PCT = 20.0
@@ -14,8 +15,6 @@ IMBALANCE_LIMIT_PCT = 15.0
 def pipeline_findings(summary: pd.DataFrame, stages: pd.DataFrame) -> list[str]:
     """Bubble above 20% -> the micro-batch count that brings it under 10% by the formula, or
     interleaving with v=2; a stage above 115% of the mean -> which one, and a better split."""
-    from gpuprof.analysis.pipeline import bubble_fraction, micro_batches_for
-
     if summary.empty:
         return []
     findings = []
@@ -91,8 +90,6 @@ def pipeline_findings(summary: pd.DataFrame, stages: pd.DataFrame) -> list[str]:
 
 def stages(analyzed: Analyzed) -> pd.DataFrame:
     """The stage table of a run's pipeline cases (computed once per run)."""
-    from gpuprof.analysis.pipeline import stage_table
-
     run = analyzed.run
     return analyzed.cached(
         "pipeline-stages",

@@ -4,16 +4,15 @@ there. Every number it states is a prediction and says so; it never mixes with m
 from __future__ import annotations
 
 from gpuprof.analysis.summary import Analyzed
+from gpuprof.errors import UsageError
+from gpuprof.predict.predictions import predict, report_curves
+from gpuprof.predict.whatifs import PredictRequest
 
 EFFICIENCY_LIMIT = 0.8
 
 
 def findings(analyzed: Analyzed) -> list[str]:
     """One finding where the prediction crosses EFFICIENCY_LIMIT, naming the best what-if."""
-    from gpuprof.analysis.whatifs import PredictRequest
-    from gpuprof.errors import UsageError
-    from gpuprof.predict import predict, report_curves
-
     curves = analyzed.cached("scaling", lambda: report_curves(analyzed))
     found = [
         (curve, curve.ddp[curve.ddp["efficiency"] < EFFICIENCY_LIMIT])

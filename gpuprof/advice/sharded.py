@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.analysis.sharded import largest
 from gpuprof.analysis.summary import Analyzed
 
 HEADROOM = 0.9  # a strategy fits when it needs at most 90% of the memory a rank has
@@ -38,8 +39,6 @@ def need_bytes(row: Mapping[Any, Any]) -> float:
 
 def sharded_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str]:
     """The strategy to use at the job's size, with the others' memory and time against it."""
-    from gpuprof.analysis.sharded import largest
-
     rows = largest(summary).to_dict("records")
     if len(rows) < 2:
         return []

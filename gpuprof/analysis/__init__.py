@@ -2,6 +2,8 @@
 
 Each probe's analysis module also has a `summarize_run(run)` (named in its registry entry)
 that feeds its pure functions from a run's tables and run.json.
+
+May import specs, machine facts (hardware peaks, topology) and the foundations; never torch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from gpuprof.errors import UsageError
 
 
 class RunTables(Protocol):
-    """What analysis needs of a run (`gpuprof.store.Run` is one)."""
+    """What analysis needs of a run (`gpuprof.runs.store.Run` is one)."""
 
     info: dict[str, Any]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis import RunTables, gpu_model, require_columns
-from gpuprof.hardware import gpu_peaks
+from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.specs.collectives import bus_factor
 
 SUMMARY_KEYS = [

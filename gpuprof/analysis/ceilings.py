@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from gpuprof.analysis import RunTables, gpu_names, require_columns
-from gpuprof.hardware import gpu_peaks, pcie_x16_gbps, pct_of_peak
+from gpuprof.machine.hardware import gpu_peaks, pcie_x16_gbps, pct_of_peak
 
 _KEYS = ["rank", "host", "group"]
 

@@ -1,7 +1,7 @@
 """A run's metrics as a measured set: for every case and metric the probes declare in the
 registry (`Metric`: summary column, which way is better, key columns), the run's value (the
 probe's summary) and a sample of per-iteration values. The regression gate compares these sets
-(`gpuprof.analysis.regression`); a baseline file stores one. Pure pandas, no torch."""
+(`gpuprof.gate.stats`); a baseline file stores one. Pure pandas, no torch."""
 
 from __future__ import annotations
 

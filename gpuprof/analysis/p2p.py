@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis import RunTables, require_columns
-from gpuprof.topology import normalize_bus_id
+from gpuprof.machine.topology import normalize_bus_id
 
 FLAG_BELOW = 0.70
 _PAIR = ["group", "mode", "size_bytes", "rank_a", "rank_b"]

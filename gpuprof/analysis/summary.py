@@ -9,6 +9,7 @@ import pandas as pd
 
 from gpuprof import registry
 from gpuprof.analysis import RunTables
+from gpuprof.analysis.health import attribute, case_windows
 
 T = TypeVar("T")
 
@@ -55,7 +56,6 @@ class Analyzed:
 
     def attributed(self) -> pd.DataFrame:
         """Each case's telemetry (NIC bytes, throttling), computed once; empty without it."""
-        from gpuprof.analysis.health import attribute, case_windows
 
         def compute() -> pd.DataFrame:
             if "telemetry" not in self.run.tables():

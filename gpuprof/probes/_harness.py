@@ -16,7 +16,6 @@ import gc
 import inspect
 import math
 import os
-import socket
 import sys
 import time
 import traceback
@@ -29,14 +28,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpuprof.groups import GroupSpec
+from gpuprof.machine.env import CASE_LINES_ENV, this_host
+from gpuprof.machine.groups import GroupSpec
+from gpuprof.machine.topology import normalize_bus_id
 from gpuprof.probes._faults import raise_if_asked
 from gpuprof.probes._logs import Tee, tee_output
 from gpuprof.probes._timing import slowdown_for, stretched, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
-from gpuprof.progress import CASE_LINES_ENV
-from gpuprof.records import (
+from gpuprof.runs.records import (
     CaseRecord,
     ShardWriter,
     Where,
@@ -45,7 +45,6 @@ from gpuprof.records import (
     shard_path,
     skip_record,
 )
-from gpuprof.topology import normalize_bus_id
 
 # init_process_group(device_id=...) exists from torch 2.3 (the package accepts older)
 TAKES_DEVICE_ID = "device_id" in inspect.signature(dist.init_process_group).parameters
@@ -141,7 +140,7 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
         local_world_size=local_world,
         node_rank=_env_int("GROUP_RANK", rank // local_world),
         num_nodes=max(1, world_size // local_world),
-        host=os.environ.get("GPUPROF_HOST") or socket.gethostname(),
+        host=this_host(),
         device=device,
         backend=backend,
         case_timeout_s=case_timeout_s,
@@ -149,7 +148,9 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
     )
     if run_dir is not None:
         attach_shard(ctx, run_dir)
-    ctx._watchdog = Watchdog(ctx)
+    ctx._watchdog = Watchdog(
+        rank=ctx.rank, host=ctx.host, timeout_s=case_timeout_s, writer=lambda: ctx.writer
+    )
     return ctx
 
 

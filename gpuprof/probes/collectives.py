@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gpuprof.machine.groups import scope_groups
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._faults import fault_rank
 from gpuprof.probes._harness import (
     Budget,
@@ -318,14 +320,10 @@ def cases(ctx: Context, scope: Scope, params: CollectivesParams) -> list[Case]:
 
 def run(ctx: Context, params: CollectivesParams, num_nodes: int, gpus_per_node: int) -> None:
     """Measure every case in every scope of the job (the probe's entry for a sweep)."""
-    from gpuprof.groups import scope_groups
-
     budget = Budget.of(params)
     scopes = make_scopes(ctx, scope_groups(num_nodes, gpus_per_node, params.scopes))
     run_cases(ctx, PROBE, scopes, lambda scope: cases(ctx, scope, params), budget)
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from gpuprof.groups import device_scopes
+from gpuprof.machine.groups import device_scopes
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -97,6 +98,4 @@ def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int)
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

@@ -31,8 +31,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -89,8 +91,6 @@ def synthetic_model(hidden: int, layers: int, device: torch.device) -> nn.Module
 
 
 def _hook(name: str | None) -> Callable[..., Any] | None:
-    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
-
     hooks: dict[str | None, Callable[..., Any] | None] = {
         None: None,
         "allreduce": default_hooks.allreduce_hook,
@@ -337,6 +337,4 @@ def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> 
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from gpuprof.groups import device_scopes
+from gpuprof.machine.groups import device_scopes
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
 from gpuprof.specs.ceilings import CeilingParams
 from gpuprof.units import format_size
@@ -71,6 +72,4 @@ def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int)
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

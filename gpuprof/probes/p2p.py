@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpuprof.groups import GroupSpec
+from gpuprof.machine.groups import GroupSpec
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, Scope, make_scopes, run_cases
 from gpuprof.specs.p2p import P2PParams, pair_rounds
 from gpuprof.units import format_size
@@ -137,6 +138,4 @@ def run(ctx: Context, params: P2PParams, num_nodes: int, gpus_per_node: int) -> 
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

@@ -28,8 +28,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.pipelining import PipelineStage, schedules
 
-from gpuprof.groups import scope_groups
+from gpuprof.machine.groups import scope_groups
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -41,7 +43,7 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
-from gpuprof.records import timeline_record
+from gpuprof.runs.records import timeline_record
 from gpuprof.specs.pipeline import MULTI_CHUNK_SCHEDULES, PipelineParams
 
 PROBE = "pipeline"
@@ -118,8 +120,6 @@ class PipelineBench:
         m: int,
         case_id: str,
     ) -> None:
-        from torch.distributed.pipelining import PipelineStage, schedules
-
         cls = getattr(schedules, f"Schedule{schedule}", None)
         if cls is None:
             raise Unsupported(f"torch {torch.__version__} has no Schedule{schedule}")
@@ -201,8 +201,6 @@ class PipelineBench:
     @contextlib.contextmanager
     def _timed_waits(self) -> Iterator[None]:
         """Time the schedules' waits for sends and receives (module-level helper)."""
-        from torch.distributed.pipelining import schedules
-
         original = getattr(schedules, "_wait_batch_p2p", None)
         if original is None:  # a torch that waits inline: waits show as gaps, not WAIT bars
             yield
@@ -299,6 +297,4 @@ def run(ctx: Context, params: PipelineParams, num_nodes: int, gpus_per_node: int
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

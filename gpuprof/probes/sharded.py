@@ -41,7 +41,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -175,10 +177,10 @@ def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 
 def _fsdp(model: nn.Module, ctx: Context, scope: Scope, strategy: str) -> nn.Module:
-    try:
+    try:  # optional: FSDP2 is public from torch 2.6; without it the case is skipped
         from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    except ImportError as exc:  # FSDP2 is public from torch 2.6
+    except ImportError as exc:
         raise Unsupported(f"FSDP2 fully_shard: {exc}") from None
     kwargs: dict[str, Any] = {"reshard_after_forward": strategy != FSDP_NORESHARD}
     if strategy == FSDP_BF16:
@@ -203,8 +205,6 @@ class ShardedBench:
     collectives of one case on one rank."""
 
     def __init__(self, ctx: Context, scope: Scope, params: ShardedParams, strategy: str) -> None:
-        from torch.nn.parallel import DistributedDataParallel
-
         self.ctx, self.scope, self.strategy = ctx, scope, strategy
         hidden, layers = params.shape
         self.accounting = Accounting()
@@ -224,6 +224,8 @@ class ShardedBench:
             ddp.register_comm_hook(None, counting_hook(self.accounting, scope.group))
             self.model = ddp
             if strategy == ZERO1:
+                # deferred: importing torch.distributed.optim scripts its functional optimizers
+                # (torch.jit.script: slow, and deprecated on new torch); ZeRO-1 alone needs it
                 from torch.distributed.optim import ZeroRedundancyOptimizer
 
                 self.opt = ZeroRedundancyOptimizer(
@@ -391,6 +393,4 @@ def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int)
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

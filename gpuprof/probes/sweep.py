@@ -3,7 +3,7 @@ job torchrun started by hand (`gpuprof sweep` or `-m gpuprof.probes.<probe>` und
 
 python -m torch.distributed.run ... -m gpuprof.probes.sweep --run-dir DIR   (launchers)
 
-This module neither launches nor reports: the launcher side (`gpuprof.runner`) does.
+This module neither launches nor reports: the launcher side (`gpuprof.launch.runner`) does.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gpuprof import env as gpuenv
 from gpuprof import registry
-from gpuprof.plan import SweepPlan
+from gpuprof.machine import node as machine_node
+from gpuprof.machine.env import LAUNCHER_PID_ENV, captured_env
 from gpuprof.probes._harness import Context, attach_shard, init, rank_info
-from gpuprof.records import RANKS_DIR
-from gpuprof.store import PLAN_JSON, RESUME_JSON, read_json, start_run, update_run_json
+from gpuprof.runs.plan import SweepPlan
+from gpuprof.runs.records import RANKS_DIR
+from gpuprof.runs.store import PLAN_JSON, RESUME_JSON, read_json, start_run, update_run_json
 from gpuprof.telemetry import sampler as telemetry
 
 
@@ -35,9 +36,9 @@ def describe_job(
     return the preflight problems (the same list on every rank) and every rank's identity."""
     mine: dict[str, Any] = {"rank": rank_info(ctx)}
     if ctx.local_rank == 0:
-        mine["node"] = gpuenv.node_info(ctx.node_rank)
+        mine["node"] = machine_node.node_info(ctx.node_rank)
         mine["node"]["host"] = ctx.host
-        mine["node"]["versions"] = gpuenv.versions()
+        mine["node"]["versions"] = machine_node.versions()
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, mine)
     nodes = sorted((g["node"] for g in gathered if "node" in g), key=lambda n: n["node_rank"])
@@ -49,7 +50,7 @@ def describe_job(
             backend=ctx.backend,
             world_size=ctx.world_size,
             versions=nodes[0]["versions"],
-            env=gpuenv.captured_env(),
+            env=captured_env(),
             nodes=nodes,
             ranks=[g["rank"] for g in gathered],
             preflight=problems,
@@ -191,8 +192,8 @@ def worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     ctx = init(None, args.device, args.timeout)
-    if os.environ.get(gpuenv.LAUNCHER_PID_ENV):
-        watch_launcher(int(os.environ[gpuenv.LAUNCHER_PID_ENV]), ctx.rank)
+    if os.environ.get(LAUNCHER_PID_ENV):
+        watch_launcher(int(os.environ[LAUNCHER_PID_ENV]), ctx.rank)
     capable = args.home or (args.home_host is not None and ctx.host == args.home_host)
     plan, run_dir = join_job(
         ctx, run_dir=args.run_dir, out=args.out, home_capable=capable, handoff=args.handoff

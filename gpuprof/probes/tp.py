@@ -30,6 +30,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Budget,
     Case,
@@ -122,7 +123,7 @@ class TPBench:
     """The split layer, its twin and the replayed all_reduces of one case on one rank."""
 
     def __init__(self, ctx: Context, scope: Scope, params: TPParams, kind: str) -> None:
-        try:
+        try:  # optional: tensor parallelism is skipped with the reason where torch lacks it
             from torch.distributed.device_mesh import DeviceMesh
             from torch.distributed.tensor.parallel import (
                 ColwiseParallel,
@@ -239,6 +240,4 @@ def run(ctx: Context, params: TPParams, num_nodes: int, gpus_per_node: int) -> N
 
 
 if __name__ == "__main__":
-    from gpuprof.probes._main import probe_main
-
-    probe_main(PROBE)
+    run_as_command(PROBE)

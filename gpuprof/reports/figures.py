@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 
 def pair_heatmap(summary: pd.DataFrame, mode: str) -> go.Figure:
@@ -67,8 +68,6 @@ _SERIES = [  # (column, label, unit row)
 
 def node_figure(series: pd.DataFrame, spans: pd.DataFrame, host: str) -> go.Figure:
     """One node's counters over time, probe phases shaded, throttled samples marked."""
-    from plotly.subplots import make_subplots
-
     present = [s for s in _SERIES if s[0] in series.columns and series[s[0]].notna().any()]
     rows = list(dict.fromkeys(unit for _, _, unit in present))
     fig = make_subplots(

@@ -14,7 +14,7 @@ from gpuprof import registry
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.reports.sections import Section
-from gpuprof.store import PLAN_JSON, Run, read_json
+from gpuprof.runs.store import PLAN_JSON, Run, read_json
 from gpuprof.units import format_size
 
 REPORT_NAME = "report.html"

@@ -7,14 +7,19 @@ was measured. One HELP and one TYPE line per metric; label values escaped as the
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from gpuprof import registry
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import Analyzed
+from gpuprof.errors import UsageError
+from gpuprof.runs.store import open_run
 from gpuprof.specs.collectives import SPEC as COLLECTIVES
 from gpuprof.specs.compute import SPEC as COMPUTE
 from gpuprof.specs.ddp import SPEC as DDP
@@ -50,8 +55,6 @@ def _records(analyzed: Analyzed, probe: str) -> list[dict[str, Any]]:
 
 
 def _tables(probe: str) -> tuple[str, ...]:
-    from gpuprof import registry
-
     return registry.get(probe).table_names
 
 
@@ -281,3 +284,25 @@ def prometheus_text(analyzed: Analyzed) -> str:
         )
     )
     return "\n".join(m for m in metrics if m) + "\n"
+
+
+def write_textfile(run_dir: Path, target: Path) -> Path:
+    """The run's Prometheus textfile at `target`, written whole or not at all (a temporary
+    file beside it, then renamed: node_exporter never reads half a file)."""
+    text = prometheus_text(Analyzed(open_run(run_dir)))
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {target}: {exc.strerror}") from None
+    return target
+
+
+def check_textfile_path(path: Path) -> None:
+    """Refuse, before anything runs, a --prom-textfile that cannot be written."""
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: {path.parent} is not a folder")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", "name a .prom file")

@@ -9,6 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from gpuprof import registry
+from gpuprof.analysis.summary import summarize_run
+from gpuprof.runs.store import Run
+from gpuprof.text import fixed_width
 from gpuprof.units import format_size
 
 
@@ -54,23 +57,8 @@ def format_table(summary: pd.DataFrame, probe: str) -> str:
     return fixed_width([header, *rows])
 
 
-def fixed_width(rows: list[list[str]], left: int = 0) -> str:
-    """Rows of cells as aligned text: right-aligned, except the first `left` columns."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(width) if i < left else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    )
-
-
 def run_tables(run_dir: Path) -> list[str]:
     """The summary table of every probe a run measured (what `gpuprof run` prints)."""
-    from gpuprof.analysis.summary import summarize_run
-    from gpuprof.store import Run
-
     run = Run(run_dir)
     have = run.tables()
     return [

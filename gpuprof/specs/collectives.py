@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import psutil
+
 from gpuprof.errors import UsageError
-from gpuprof.groups import SCOPES, scope_groups
+from gpuprof.machine.groups import SCOPES, scope_groups
 from gpuprof.params import ProbeParams, check_choices, csv
 from gpuprof.registry import Metric, Option, ProbeSpec
 from gpuprof.units import format_size, parse_size, parse_size_list, size_range
@@ -70,7 +72,6 @@ class CollectivesParams(ProbeParams):
         size in host memory (plus a copy to check against): refuse what cannot fit."""
         if device != "cpu":
             return
-        import psutil
 
         need = 3 * max(self.sizes) * gpus_per_node
         have = psutil.virtual_memory().total

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuprof.errors import UsageError
-from gpuprof.groups import GroupSpec, scope_groups
+from gpuprof.machine.groups import GroupSpec, scope_groups
 from gpuprof.params import ProbeParams, csv, positive_int
 from gpuprof.registry import Metric, Option, ProbeSpec
 from gpuprof.units import parse_count

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpuprof.topology import normalize_bus_id
+from gpuprof.machine.topology import normalize_bus_id
 
 # clock event reasons that mean the GPU was slowed (the others: idle, app clocks, sync boost)
 THROTTLE_REASONS = {

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from gpuprof.machine.nvml import open_nvml
 from gpuprof.telemetry.host import HostSampler
+from gpuprof.telemetry.nvml import GpuSampler
 
 TELEMETRY_DIR = "telemetry"
 
@@ -32,29 +34,12 @@ def telemetry_path(run_dir: Path, node_rank: int) -> Path:
     return run_dir / TELEMETRY_DIR / f"node-{node_rank}.jsonl"
 
 
-def open_nvml() -> tuple[Any, str | None]:
-    """(nvml or None, why not)."""
-    if os.environ.get("GPUPROF_FAKE_NVML"):
-        from gpuprof.telemetry.fake import fake_from_env
-
-        return fake_from_env(os.environ["GPUPROF_FAKE_NVML"]), None
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded / ImportError
-        return None, f"{type(exc).__name__}: {exc}"
-    return pynvml, None
-
-
 class Sampler:
     """Takes one sample of everything this node has."""
 
     def __init__(
         self, host: str, nvml: Any, bus_ids: list[str] | None = None, node_rank: int = 0
     ) -> None:
-        from gpuprof.telemetry.nvml import GpuSampler
-
         self.host = host
         self.node_rank = node_rank
         self.host_sampler = HostSampler()

@@ -10,7 +10,7 @@ from gpuprof.reports.sections import Note, Section, summary_table
 METHOD = (
     "memory and compute: each device alone, one after another; memory GB/s counts bytes "
     "moved (host<->device one direction, device and host copies read plus written); "
-    "matmul counts 2n^3 FLOP; % of peak uses datasheet figures (gpuprof/hardware.py), "
+    "matmul counts 2n^3 FLOP; % of peak uses datasheet figures (gpuprof/machine/hardware.py), "
     "blank where the hardware is unknown."
 )
 NOTE = (

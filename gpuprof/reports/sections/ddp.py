@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.analysis.ddp import scaling, variants
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.figures import ddp_breakdown_figure, ddp_overlap_figure, scaling_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, Table, embed, summary_table
@@ -31,8 +32,6 @@ NOTE = (
 
 
 def _gains(summary: pd.DataFrame) -> Table | None:
-    from gpuprof.analysis.ddp import variants
-
     best = variants(summary)
     if len(best) < 2:
         return None
@@ -59,8 +58,6 @@ def _gains(summary: pd.DataFrame) -> Table | None:
 
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The DDP section, or nothing if no DDP case was measured."""
-    from gpuprof.analysis.ddp import scaling
-
     if not analyzed.has("ddp"):
         return []
     summary = analyzed.summary("ddp")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.analysis.ddp import scaling
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.figures import overview_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, embed
@@ -28,8 +29,6 @@ def overview_rows(analyzed: Analyzed) -> pd.DataFrame:
     """One row per training case: label and the % of its step in each part."""
     rows: list[dict[str, Any]] = []
     if analyzed.has(*DDP.table_names):
-        from gpuprof.analysis.ddp import scaling
-
         for r in scaling(analyzed.summary(DDP.name)).to_dict("records"):
             step = float(r["rank_step_us"])
             compute = float(r["forward_us"] + r["backward_compute_us"] + r["optimizer_us"])

@@ -8,8 +8,10 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.analysis.ddp import scaling
 from gpuprof.analysis.summary import Analyzed
-from gpuprof.predict import COLLECTIVES, DDP
+from gpuprof.predict.predictions import COLLECTIVES, DDP, report_curves
+from gpuprof.predict.text import fit_rows
 from gpuprof.reports.figures_scaling import predicted_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, Table, embed
 from gpuprof.units import format_size
@@ -38,8 +40,6 @@ def _crossings(ddp: pd.DataFrame) -> str:
 
 
 def _ddp_figure(analyzed: Analyzed, ddp: pd.DataFrame) -> str:
-    from gpuprof.analysis.ddp import scaling
-
     curve = ddp.assign(
         eff_low=ddp["efficiency"] * ddp["step_ms"] / ddp["step_high_ms"],
         eff_high=ddp["efficiency"] * ddp["step_ms"] / ddp["step_low_ms"],
@@ -96,9 +96,6 @@ def _collective_figure(analyzed: Analyzed, coll: pd.DataFrame, op: str) -> str |
 
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The scaling section, or nothing when the run has no collective to fit."""
-    from gpuprof.predict import report_curves
-    from gpuprof.reports.predict_text import fit_rows
-
     curves = analyzed.cached("scaling", lambda: report_curves(analyzed))
     if not curves:
         return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuprof.analysis.health import node_series, probe_spans
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.figures import node_figure
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed
@@ -27,8 +28,6 @@ NIC_NOTE = (
 
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """Node time series and the NIC-bytes check, or nothing without telemetry."""
-    from gpuprof.analysis.health import node_series, probe_spans
-
     if not analyzed.has("telemetry"):
         return []
     telemetry = analyzed.run.table("telemetry")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis.regression import FAILING
-from gpuprof.reports.text import fixed_width
+from gpuprof.gate.stats import FAILING
+from gpuprof.text import fixed_width
 
 LABELS = {
     "regression": "REGRESSION",

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuprof import registry
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.measured import SAMPLE_COLUMNS, VALUE_COLUMNS, Measured, measure_run
-from gpuprof.analysis.regression import ALPHA, FAILING, MIN_EFFECT, compare, verdict_counts
 from gpuprof.errors import UsageError
-from gpuprof.store import DEFAULT_OUT, Run, open_run, utc_now, write_json_atomic
+from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, verdict_counts
+from gpuprof.runs.store import DEFAULT_OUT, Run, open_run, utc_now, write_json_atomic
 
 FORMAT = "gpuprof-baseline"
 VERSION = 1
@@ -293,8 +294,6 @@ def run_check(
 
 def parse_effects(items: tuple[str, ...]) -> dict[str, float]:
     """--fail METRIC:PCT items -> metric -> fraction."""
-    from gpuprof import registry
-
     known = {m.column for s in registry.specs().values() for m in s.metrics}
     effects = {}
     for item in items:

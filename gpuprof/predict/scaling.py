@@ -1,5 +1,5 @@
 """Scaling predictions from a run's own measurements (docs/methodology.md, "Scaling
-predictions"): collectives from the alpha-beta fits (gpuprof.analysis.fits), the DDP step from
+predictions"): collectives from the alpha-beta fits (gpuprof.predict.fits), the DDP step from
 its measured breakdown, the pipeline step from its measured stage times. No torch.
 
 Algorithms (which one each prediction assumes, and why):
@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from gpuprof.analysis.fits import Fit, ring_hops
 from gpuprof.analysis.pipeline import bubble_fraction
 from gpuprof.errors import UsageError
+from gpuprof.predict.fits import Fit, ring_hops
 from gpuprof.specs.collectives import bus_factor
 
 FIRST_BUCKET_BYTES = 1 << 20  # torch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
@@ -364,6 +364,7 @@ def pipeline_bases(summary: pd.DataFrame) -> list[PipelineBasis]:
         mv = np.array([x for x, _ in points], dtype=float)
         excess = np.array([y for _, y in points], dtype=float)
         if len(set(mv)) > 1:  # both terms are costs: never negative (scipy's nnls)
+            # deferred: loads scipy
             from scipy.optimize import nnls
 
             (const, per_mb), _ = nnls(np.column_stack([np.ones_like(mv), mv]), excess)

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from gpuprof.env import LAUNCHER_PID_ENV
-from gpuprof.launch import NodeLaunch, this_host
-from gpuprof.records import FAILED_FLAG, RANKS_DIR
-from gpuprof.store import RUN_JSON, read_json
+import psutil
+
+from gpuprof.launch.torchrun import NodeLaunch
+from gpuprof.machine.env import LAUNCHER_PID_ENV, this_host
+from gpuprof.runs.records import FAILED_FLAG, RANKS_DIR
+from gpuprof.runs.store import RUN_JSON, read_json
 
 PROGRESS_GRACE_S = 30.0  # beyond the per-case timeout, before a silent job counts as hung
 FAILED_GRACE_S = 3.0  # after a rank reports a failure, before the job is stopped
@@ -39,8 +41,6 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     """Stop the launcher and every process under it. torchrun starts each rank in a session of
     its own, so the whole tree is signalled, not one process group; a stopped (SIGSTOP) rank
     is continued so it can die."""
-    import psutil
-
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -82,8 +82,6 @@ class _RankWatch:
         return rank.get("host") == this_host() and same_node
 
     def lost(self, run_dir: Path | None) -> dict[int, str]:
-        import psutil
-
         if run_dir is not None and not self.pids and (run_dir / RUN_JSON).exists():
             ranks = read_json(run_dir / RUN_JSON).get("ranks") or []
             self.pids = {r["rank"]: r["pid"] for r in ranks if self.mine(r)}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.records import iter_run_records, read_jsonl
+from gpuprof.runs.records import iter_run_records, read_jsonl
 
 COMMON_COLUMNS = (
     "probe",

@@ -10,8 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuprof.errors import UsageError
-from gpuprof.launch import DEFAULT_PORT, LaunchConfig, NodeLaunch, node_launch, this_host
-from gpuprof.plan import SweepPlan
+from gpuprof.launch.torchrun import DEFAULT_PORT, LaunchConfig, NodeLaunch, node_launch
+from gpuprof.machine.env import this_host
+from gpuprof.runs.plan import SweepPlan
 
 
 def slurm_command(plan: SweepPlan, cfg: LaunchConfig, run_dir: Path | None) -> NodeLaunch:

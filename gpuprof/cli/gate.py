@@ -1,5 +1,5 @@
 """The regression gate's commands: `gpuprof baseline`, `check`, `compare` and `trend` (a thin
-click layer over `gpuprof.check`; pandas and scipy are imported inside the commands)."""
+click layer over `gpuprof.gate.check`; pandas and scipy are imported inside the commands)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 import click
 
 from gpuprof import registry
+from gpuprof.cli.options import out_option, stack
 from gpuprof.errors import MeasurementError, UsageError
-from gpuprof.options import out_option, stack
 from gpuprof.params import csv
-from gpuprof.plan import DEVICES, SUITES
+from gpuprof.runs.plan import DEVICES, SUITES
+from gpuprof.text import fixed_width
 
 
 @click.command()
@@ -26,8 +27,9 @@ def baseline(runs: tuple[str, ...], output: str, out: str) -> None:
     Example: gpuprof sweep --suite ci --repeats 5 && gpuprof baseline 0001 0002 0003 0004 0005
     -o baseline.json
     """
-    from gpuprof.check import write_baseline
-    from gpuprof.store import open_run
+    # deferred: loads pandas, scipy
+    from gpuprof.gate.check import write_baseline
+    from gpuprof.runs.store import open_run
 
     opened = [open_run(spec, out) for spec in runs]
     data = write_baseline(opened, Path(output))
@@ -127,8 +129,9 @@ def check(baseline_spec: str, run_specs: tuple[str, ...], **kw: Any) -> int:
 
     Example: gpuprof check --baseline baseline.json --junit check.xml
     """
-    from gpuprof import check as gate
-    from gpuprof.reports import verdicts
+    # deferred: loads pandas, scipy
+    from gpuprof.gate import check as gate
+    from gpuprof.gate import verdicts
 
     junit_file, markdown_file = _writable(kw.pop("junit_file")), _writable(kw.pop("markdown_file"))
     effects = gate.parse_effects(kw.pop("fail_rules"))
@@ -140,7 +143,8 @@ def check(baseline_spec: str, run_specs: tuple[str, ...], **kw: Any) -> int:
         "allow_mismatch": kw["allow_env_mismatch"],
     }
     if run_specs:
-        from gpuprof.store import open_run
+        # deferred: loads pandas
+        from gpuprof.runs.store import open_run
 
         cand = gate.side_of_runs([open_run(spec, kw["out"]) for spec in run_specs])
         result = gate.run_check(base, cand, **settings)
@@ -186,7 +190,8 @@ def check(baseline_spec: str, run_specs: tuple[str, ...], **kw: Any) -> int:
 def _measure_for_check(base: Any, kw: dict[str, Any], repeats: int) -> list[Any]:
     """Measure `repeats` runs now with the baseline's suite, probes and shape unless told
     otherwise; the runs (stopping at one that did not complete)."""
-    from gpuprof import runner
+    # deferred: loads pandas
+    from gpuprof.launch import runner
 
     fp = base.fingerprint
     probes = csv(kw["probes"]) if kw["probes"] else tuple(base.measured.values["probe"].unique())
@@ -201,7 +206,8 @@ def _measure_for_check(base: Any, kw: dict[str, Any], repeats: int) -> list[Any]
         timeout=kw["timeout"],
         report=False,
     )
-    from gpuprof.store import open_run
+    # deferred: loads pandas
+    from gpuprof.runs.store import open_run
 
     runs = []
     for _ in range(repeats):
@@ -230,10 +236,11 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
 
     Example: gpuprof compare 0003 0007 -o compare.html
     """
-    from gpuprof import check as gate
-    from gpuprof.analysis.regression import compare as compare_sides
-    from gpuprof.analysis.regression import method_lines, verdict_counts
-    from gpuprof.reports import verdicts
+    # deferred: loads pandas, scipy
+    from gpuprof.gate import check as gate
+    from gpuprof.gate import verdicts
+    from gpuprof.gate.stats import compare as compare_sides
+    from gpuprof.gate.stats import method_lines, verdict_counts
 
     target = _writable(output)
     a, b = gate.open_side(side_a, kw["out"]), gate.open_side(side_b, kw["out"])
@@ -249,7 +256,8 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
             verdicts.terminal(table, f"gpuprof compare: {a.label} -> {b.label}", notes, summary)
         )
     if target is not None:
-        from gpuprof.reports.compare import render_compare, write_page
+        # deferred: loads pandas, plotly, scipy
+        from gpuprof.gate.compare import render_compare, write_page
 
         html = render_compare(table, (a.label, b.label), notes, method_lines())
         click.echo(str(write_page(html, target)))
@@ -279,9 +287,9 @@ def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, 
 
     Example: gpuprof trend ci-artifacts/ --baseline baseline.json -o trend.html
     """
-    from gpuprof import check as gate
-    from gpuprof.analysis.regression import method_lines
-    from gpuprof.reports.text import fixed_width
+    # deferred: loads pandas, scipy
+    from gpuprof.gate import check as gate
+    from gpuprof.gate.stats import method_lines
 
     target = _writable(output)
     sides = gate.run_sides(runs, kw["out"])
@@ -298,7 +306,8 @@ def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, 
     if found:
         click.echo(fixed_width([["run", "verdict", "case", "metric", "change"], *found], left=4))
     if target is not None:
-        from gpuprof.reports.compare import render_trend, write_page
+        # deferred: loads pandas, plotly, scipy
+        from gpuprof.gate.compare import render_trend, write_page
 
         baseline_values = base.measured.values if base is not None else None
         html = render_trend(points, baseline_values, [], method_lines())

@@ -1,27 +1,33 @@
-"""The end of a run: consolidate the shards into tables, decide its status, name who failed,
-and write the report."""
+"""The end of a run: consolidate the shards into tables, decide its status and name who
+failed. How the launched job ended comes in as a `JobEnd` (the launcher's supervision
+satisfies it); the report is the caller's to write."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from gpuprof.launch import this_host
-from gpuprof.store import RUN_JSON, read_json, run_events, update_run_json, utc_now
-from gpuprof.supervise import Supervised
-from gpuprof.tables import consolidate
-
-
-@dataclass(frozen=True, kw_only=True)
-class Finished:
-    """run.json after the end of a run, and where its report is (None: not written)."""
-
-    info: dict[str, Any]
-    report: Path | None
+from gpuprof.machine.env import this_host
+from gpuprof.runs.store import RUN_JSON, read_json, run_events, update_run_json, utc_now
+from gpuprof.runs.tables import consolidate
 
 
-def _failures(run_dir: Path, supervised: Supervised | None, since_ns: int) -> list[dict[str, Any]]:
+class JobEnd(Protocol):
+    """How a launched job ended, as its launcher saw it: the exit code, why (None: it exited
+    by itself) and the ranks of this node that died or were stopped."""
+
+    @property
+    def returncode(self) -> int: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def lost(self) -> Mapping[int, str]: ...
+
+
+def _failures(run_dir: Path, supervised: JobEnd | None, since_ns: int) -> list[dict[str, Any]]:
     """Who failed: the ranks that died or were stopped (seen by the launcher, or silent inside
     a case), then the failures ranks wrote themselves (timeouts waiting for them, errors)."""
     events = run_events(run_dir, since_ns)
@@ -61,10 +67,8 @@ def _failures(run_dir: Path, supervised: Supervised | None, since_ns: int) -> li
     ]
 
 
-def finish_run(
-    run_dir: Path, returncode: int, supervised: Supervised | None = None, *, report: bool = True
-) -> Finished:
-    """Consolidate shards, set status and failures in run.json, and write the report."""
+def finish_run(run_dir: Path, returncode: int, supervised: JobEnd | None = None) -> dict[str, Any]:
+    """Consolidate shards, set status and failures in run.json; run.json as it is then."""
     tables = consolidate(run_dir)
     failures = _failures(
         run_dir, supervised, int(read_json(run_dir / RUN_JSON).get("attempt_ns", 0))
@@ -83,10 +87,4 @@ def finish_run(
         finished_utc=utc_now(),
         tables=sorted(tables),
     )
-    path = None
-    if report:
-        from gpuprof.reports.html import write_report
-        from gpuprof.store import Run
-
-        path = write_report(Run(run_dir))
-    return Finished(info=info, report=path)
+    return info

@@ -119,6 +119,7 @@ SPLIT_GAIN = 2.0  # and split where that divides its worst residual by this much
 
 def _line(s: np.ndarray, t: np.ndarray) -> tuple[float, float, np.ndarray]:
     """(alpha_us, us per byte, relative residuals): soft-L1 on relative residuals."""
+    # deferred: loads scipy
     from scipy.optimize import least_squares
 
     t_unit, b_unit = float(t.min()), float(t.max() / s.max())

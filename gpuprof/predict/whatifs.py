@@ -1,5 +1,5 @@
-"""The what-ifs `gpuprof predict` puts beside its baseline (gpuprof.predict says which): each
-a `WhatIf` for gpuprof.analysis.scaling, from the options or, without any, the candidate knobs
+"""The what-ifs `gpuprof predict` puts beside its baseline (`predictions` says which): each
+a `WhatIf` for gpuprof.predict.scaling, from the options or, without any, the candidate knobs
 the advice compares."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuprof.analysis.scaling import DDPBasis, Links, WhatIf
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
-from gpuprof.hardware import gpu_peaks, node_preset
+from gpuprof.machine.hardware import gpu_peaks, node_preset
+from gpuprof.predict.scaling import DDPBasis, Links, WhatIf
 from gpuprof.specs.compute import SPEC as _COMPUTE
 
 DEFAULT_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -1,6 +1,6 @@
 """Self-contained HTML pages of `gpuprof compare` (two sides overlaid, changed cases marked)
 and `gpuprof trend` (each case across runs in order, steps marked), built from comparison
-tables (`gpuprof.analysis.regression.compare`) only."""
+tables (`gpuprof.gate.stats.compare`) only."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from gpuprof import registry
-from gpuprof.analysis.regression import FAILING, verdict_counts
-from gpuprof.check import TrendPoint
 from gpuprof.errors import UsageError
+from gpuprof.gate.check import TrendPoint
+from gpuprof.gate.stats import FAILING, verdict_counts
+from gpuprof.gate.verdicts import EXPLAIN, rows
 from gpuprof.reports.html import TEMPLATES
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed
-from gpuprof.reports.verdicts import EXPLAIN, rows
 from gpuprof.units import format_size
 
 MARK = {"regression": "#c0392b", "improvement": "#1e8449"}

@@ -1,4 +1,4 @@
-"""`gpuprof predict`: a thin click layer over gpuprof.predict (pandas and scipy are imported
+"""`gpuprof predict`: a thin click layer over `gpuprof.predict` (pandas and scipy are imported
 inside the command)."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ from typing import Any
 
 import click
 
+from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.hardware import NODES
-from gpuprof.options import out_option
+from gpuprof.machine.hardware import NODES
 from gpuprof.params import ints
+from gpuprof.specs.ddp import block_params
+from gpuprof.units import parse_count, parse_size_list
 
 
 def _node_list(text: str | None) -> tuple[int, ...] | None:
@@ -30,7 +32,6 @@ def _node_list(text: str | None) -> tuple[int, ...] | None:
 def _sizes(text: str | None) -> tuple[int, ...]:
     if text is None:
         return ()
-    from gpuprof.units import parse_size_list
 
     return tuple(parse_size_list(text))
 
@@ -73,12 +74,11 @@ def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
 
     Example: gpuprof predict latest --nodes 2,8,32 --network-gbps 400 --grad-dtype bf16
     """
+    # deferred: loads pandas
     from gpuprof.analysis.summary import Analyzed
-    from gpuprof.analysis.whatifs import DEFAULT_NODES, PredictRequest
-    from gpuprof.predict import predict as run_predict
-    from gpuprof.specs.ddp import block_params
-    from gpuprof.store import open_run
-    from gpuprof.units import parse_count
+    from gpuprof.predict.predictions import predict as run_predict
+    from gpuprof.predict.whatifs import DEFAULT_NODES, PredictRequest
+    from gpuprof.runs.store import open_run
 
     for name in ("compute_ms", "network_gbps", "intra_gbps", "bucket_mb"):
         _positive("--" + name.replace("_", "-"), kw[name])
@@ -117,7 +117,8 @@ def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
     if fmt == "json":
         click.echo(json.dumps(found.to_dict(), indent=1, default=str))
     else:
-        from gpuprof.reports.predict_text import format_prediction
+        # deferred: loads pandas
+        from gpuprof.predict.text import format_prediction
 
         click.echo(format_prediction(found))
 

@@ -7,16 +7,17 @@ from pathlib import Path
 
 import click
 
+from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.options import out_option
 from gpuprof.specs.collectives import SPEC as COLLECTIVES
 
 
 def nccl_tests_of(run_spec: str, out: str, table: str | None = None) -> str:
     """The run's collectives as nccl-tests output; a UsageError for another table or none."""
+    # deferred: loads pandas
     from gpuprof.analysis.summary import summarize_run
     from gpuprof.reports.nccl_tests import nccl_tests_text
-    from gpuprof.store import open_run
+    from gpuprof.runs.store import open_run
 
     if table is not None and table != COLLECTIVES.name:
         raise UsageError(
@@ -64,34 +65,6 @@ def export_nccl_tests(run_spec: str, output: str | None, out: str) -> None:
     _write(nccl_tests_of(run_spec, out), output)
 
 
-def write_textfile(run_dir: Path, target: Path) -> Path:
-    """The run's Prometheus textfile at `target`, written whole or not at all (a temporary
-    file beside it, then renamed: node_exporter never reads half a file)."""
-    import os
-
-    from gpuprof.analysis.summary import Analyzed
-    from gpuprof.reports.prometheus import prometheus_text
-    from gpuprof.store import open_run
-
-    text = prometheus_text(Analyzed(open_run(run_dir)))
-    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(target)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {target}: {exc.strerror}") from None
-    return target
-
-
-def check_textfile_path(path: Path) -> None:
-    """Refuse, before anything runs, a --prom-textfile that cannot be written."""
-    if not path.parent.is_dir():
-        raise UsageError(f"cannot write {path}: {path.parent} is not a folder")
-    if path.is_dir():
-        raise UsageError(f"cannot write {path}: it is a folder", "name a .prom file")
-
-
 @export.command("prometheus")
 @click.argument("run_spec", metavar="RUN")
 @click.option("-o", "output", type=click.Path(), help="file to write [default: stdout]")
@@ -103,10 +76,13 @@ def export_prometheus(run_spec: str, output: str | None, out: str) -> None:
 
     Example: gpuprof export prometheus latest -o /var/lib/node_exporter/textfile/gpuprof.prom
     """
-    from gpuprof.store import open_run
+    # deferred: loads pandas
+    from gpuprof.reports.prometheus import check_textfile_path, write_textfile
+    from gpuprof.runs.store import open_run
 
     run = open_run(run_spec, out)
     if output is None:
+        # deferred: loads pandas
         from gpuprof.analysis.summary import Analyzed
         from gpuprof.reports.prometheus import prometheus_text
 

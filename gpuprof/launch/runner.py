@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import UsageError
-from gpuprof.launch import (
-    LaunchConfig,
-    check_launch,
-    dry_run_commands,
-    node_command,
-    resolve_launcher,
-    this_host,
+from gpuprof.launch.launchers import check_launch, dry_run_commands, node_command, resolve_launcher
+from gpuprof.launch.progress import Progress, wanted
+from gpuprof.launch.supervise import SignalGuard, Supervised, supervise
+from gpuprof.launch.torchrun import LaunchConfig
+from gpuprof.machine.env import CASE_LINES_ENV, cpu_build_note, link_gbps, this_host, torchrun_sizes
+from gpuprof.machine.node import nvml_gpu_count, plan_device
+from gpuprof.reports.prometheus import check_textfile_path, write_textfile
+from gpuprof.runs.finish import finish_run
+from gpuprof.runs.plan import SweepPlan, build_plan, estimated_seconds, estimates
+from gpuprof.runs.store import (
+    Run,
+    check_out_dir,
+    check_tag,
+    open_run,
+    prepare_resume,
+    resume_plan,
+    start_run,
 )
-from gpuprof.plan import SweepPlan, build_plan
 
 CPU_RANKS_PER_CORE = 4  # gloo ranks beyond this only measure the OS scheduler
 
@@ -74,12 +84,9 @@ class SweepResult:
 
 def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
     """The plan of a new run: job shape from torchrun's environment or the options."""
-    from gpuprof.env import plan_device
 
     nodes, gpus = request.nodes, request.gpus
     if kind == "torchrun":  # started by torchrun on every rank: its sizes are the job's
-        from gpuprof.env import torchrun_sizes
-
         world, local = torchrun_sizes()
         nodes, gpus = max(1, world // local), local
     if gpus is not None and gpus < 1:
@@ -114,9 +121,7 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
 
 def _note_unused_gpus() -> None:
     """Say so when NVML sees GPUs that torch cannot use (a CPU build of torch)."""
-    import torch
-
-    from gpuprof.env import cpu_build_note, nvml_gpu_count
+    import torch  # heavy: only when a CPU sweep may leave GPUs unused
 
     seen = nvml_gpu_count() if torch.version.cuda is None else 0
     if seen:
@@ -128,8 +133,6 @@ def _link_gbps(request: SweepRequest, nodes: int) -> float | None:
     line rate of the interface the ranks talk over."""
     if request.link_gbps is not None or nodes == 1:
         return request.link_gbps
-    from gpuprof.env import link_gbps
-
     return link_gbps()
 
 
@@ -144,8 +147,6 @@ def _config(request: SweepRequest, kind: str) -> LaunchConfig:
 
 def dry_run(request: SweepRequest) -> list[str]:
     """The commands the sweep would run, one per node; nothing is written."""
-    from gpuprof.store import check_out_dir, check_tag
-
     check_tag(request.tag)
     kind = resolve_launcher(request.launcher)
     if kind == "torchrun":
@@ -158,8 +159,6 @@ def dry_run(request: SweepRequest) -> list[str]:
 
 def estimate_lines(plan: SweepPlan) -> list[str]:
     """What the plan runs and about how long, as comment lines."""
-    from gpuprof.plan import estimated_seconds, estimates
-
     lines = [f"# {e.probe}: {e.cases} cases, about {e.seconds:.0f} s" for e in estimates(plan)]
     if plan.num_nodes == 1:
         network = ""
@@ -177,12 +176,8 @@ def estimate_lines(plan: SweepPlan) -> list[str]:
 
 def sweep(request: SweepRequest) -> SweepResult:
     """Measure: create (or resume) the run, launch or join the ranks, and finish the run."""
-    from gpuprof.store import check_out_dir, check_tag, open_run, resume_plan
-
     check_tag(request.tag)
     if request.prom_textfile:
-        from gpuprof.export_cli import check_textfile_path
-
         check_textfile_path(Path(request.prom_textfile))
     kind = resolve_launcher(request.launcher)
     resume_dir = None
@@ -209,10 +204,6 @@ def _home_node(
     plan: SweepPlan, cfg: LaunchConfig, request: SweepRequest, resume: Path | None
 ) -> SweepResult:
     """Create the run (or resume one), launch this node's ranks once, supervise, finish."""
-    from gpuprof.finish import finish_run
-    from gpuprof.store import prepare_resume, start_run
-    from gpuprof.supervise import SignalGuard, supervise
-
     if resume is not None:
         run_dir = prepare_resume(resume, request.argv)
     else:
@@ -222,9 +213,6 @@ def _home_node(
     home_rank = None if cfg.launcher == "slurm" else 0
     guard = SignalGuard()
     started = time.monotonic()
-    from gpuprof.plan import estimates
-    from gpuprof.progress import CASE_LINES_ENV, Progress, wanted
-
     live = wanted(request.quiet)
     env = {CASE_LINES_ENV: "0"} if live or request.quiet else {}
     try:
@@ -238,19 +226,25 @@ def _home_node(
             progress=bar,
             env=env,
         )
-        done = finish_run(run_dir, supervised.returncode, supervised, report=request.report)
-        if request.prom_textfile:
-            from gpuprof.export_cli import write_textfile
-
-            write_textfile(run_dir, Path(request.prom_textfile))
+        result = _finish(run_dir, request, supervised)
     finally:
         guard.restore()
+    return replace(result, overrun=_overrun(plan, time.monotonic() - started))
+
+
+def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None) -> SweepResult:
+    """Finish the run (tables, status), then write what the request asked for: the report and
+    the Prometheus textfile."""
+    info = finish_run(run_dir, supervised.returncode if supervised else 0, supervised)
+    report = None
+    if request.report:
+        from gpuprof.reports.html import write_report  # plotly: heavy, loaded for the report only
+
+        report = write_report(Run(run_dir))
+    if request.prom_textfile:
+        write_textfile(run_dir, Path(request.prom_textfile))
     return SweepResult(
-        run_dir=run_dir,
-        status=done.info["status"],
-        failures=done.info["failures"],
-        report=done.report,
-        overrun=_overrun(plan, time.monotonic() - started),
+        run_dir=run_dir, status=info["status"], failures=info["failures"], report=report
     )
 
 
@@ -259,8 +253,6 @@ OVERRUN_FACTOR = 1.5
 
 def _overrun(plan: SweepPlan, took_s: float) -> str | None:
     """A line when the sweep took much longer than estimated (say so: the user planned on it)."""
-    from gpuprof.plan import estimated_seconds
-
     estimate = estimated_seconds(plan)
     if took_s <= OVERRUN_FACTOR * estimate:
         return None
@@ -272,10 +264,6 @@ def _overrun(plan: SweepPlan, took_s: float) -> str | None:
 
 def _helper_node(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> SweepResult:
     """A node other than node 0: measure, keep a local copy of this node's shards."""
-    import tempfile
-
-    from gpuprof.supervise import SignalGuard, supervise
-
     out.mkdir(parents=True, exist_ok=True)
     guard = SignalGuard()
     with tempfile.TemporaryDirectory(prefix="gpuprof-") as tmp:
@@ -299,18 +287,11 @@ def _helper_node(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> SweepResult:
 
 def _inline(plan: SweepPlan, request: SweepRequest) -> SweepResult:
     """This process is one rank of a job torchrun started: measure; rank 0 finishes."""
-    from gpuprof.finish import finish_run
-    from gpuprof.probes.sweep import run_inline
+    from gpuprof.probes.sweep import run_inline  # torch: loaded only when this process is a rank
 
     run_dir = run_inline(plan, request.out, request.tag, request.argv)
     if run_dir is None:  # not the rank that holds the run
         return SweepResult(
             run_dir=None, status="complete", failures=[], report=None, home=False, silent=True
         )
-    done = finish_run(run_dir, returncode=0, report=request.report)
-    return SweepResult(
-        run_dir=run_dir,
-        status=done.info["status"],
-        failures=done.info["failures"],
-        report=done.report,
-    )
+    return _finish(run_dir, request, None)

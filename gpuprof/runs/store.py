@@ -17,17 +17,17 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.env import gpuprof_version
 from gpuprof.errors import GpuprofError, RunNotFoundError, UsageError
-from gpuprof.plan import SweepPlan
-from gpuprof.records import (
+from gpuprof.machine.env import gpuprof_version
+from gpuprof.runs.plan import SweepPlan
+from gpuprof.runs.records import (
     FAILED_FLAG,
     RANKS_DIR,
     SCHEMA_VERSION,
     iter_run_records,
     warn,
 )
-from gpuprof.tables import build_tables, case_key, incomplete_cases
+from gpuprof.runs.tables import build_tables, case_key, incomplete_cases
 
 RUN_JSON = "run.json"
 PLAN_JSON = "plan.json"

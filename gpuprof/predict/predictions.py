@@ -1,6 +1,6 @@
 """`gpuprof predict`: what a run's measurements say about other cluster shapes, hardware and
 models (docs/methodology.md, "Scaling predictions"). No torch: the fits and models live in
-gpuprof.analysis.fits and gpuprof.analysis.scaling; this module turns a run and the options
+gpuprof.predict.fits and gpuprof.predict.scaling; this module turns a run and the options
 into scenarios and tables.
 
 The baseline is the run's hardware and model, or another model (--model-params, --hidden and
@@ -18,8 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis.fits import Fit, fit_collectives, fits_frame
-from gpuprof.analysis.scaling import (
+from gpuprof.analysis.summary import Analyzed
+from gpuprof.errors import UsageError
+from gpuprof.predict.fits import Fit, fit_collectives, fits_frame
+from gpuprof.predict.scaling import (
     DDPBasis,
     Links,
     WhatIf,
@@ -30,9 +32,7 @@ from gpuprof.analysis.scaling import (
     predict_ddp,
     predict_pipeline,
 )
-from gpuprof.analysis.summary import Analyzed
-from gpuprof.analysis.whatifs import PredictRequest, knobs, merge, model_change
-from gpuprof.errors import UsageError
+from gpuprof.predict.whatifs import PredictRequest, knobs, merge, model_change
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
 from gpuprof.specs.ddp import SPEC as _DDP
 from gpuprof.specs.pipeline import SPEC as _PIPELINE

@@ -7,8 +7,8 @@ import math
 
 import pandas as pd
 
-from gpuprof.predict import Prediction
-from gpuprof.reports.text import fixed_width
+from gpuprof.predict.predictions import Prediction
+from gpuprof.text import fixed_width
 from gpuprof.units import format_size
 
 

@@ -15,9 +15,7 @@ from typing import Any
 
 import click
 
-from gpuprof.records import RANKS_DIR
-
-CASE_LINES_ENV = "GPUPROF_CASE_LINES"  # "0": ranks do not print a line per case
+from gpuprof.runs.records import RANKS_DIR
 
 
 class Progress:

@@ -1,0 +1,75 @@
+"""The `gpuprof` command: a thin click layer that parses, calls one library function, and maps
+errors to exit codes (0 ok, 1 failure, 2 usage, 3 could not measure). One module per command
+group: `measure` (sweep, run), `read` (show, report, consolidate), `export`, `gate` (baseline,
+check, compare, trend), `predict`, `env`; `options` holds the options they share. Heavy
+modules (torch, plotly, pandas) are imported inside the commands that need them.
+
+May import every other stage; nothing imports it (the console script and `python -m gpuprof`
+start here)."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from gpuprof.cli import env, export, gate, measure, predict, read
+from gpuprof.errors import GpuprofError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpuprof")
+@click.option("--debug", is_flag=True, help="show tracebacks on errors (any command)")
+def cli(debug: bool) -> None:
+    """GPU cluster profiler: collectives, links, ceilings and training micro-benchmarks."""
+
+
+for _command in (
+    measure.sweep,
+    measure.run,
+    read.show,
+    read.report,
+    read.consolidate,
+    env.env_command,
+    *gate.GATE_COMMANDS,
+    *predict.PREDICT_COMMANDS,
+    *export.EXPORT_COMMANDS,
+):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured.
+    `--debug` (anywhere on the line) adds the traceback and keeps the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    try:
+        result = cli.main(
+            args=args, prog_name="gpuprof", standalone_mode=False, obj={"argv": ["gpuprof", *args]}
+        )
+    except GpuprofError as exc:
+        return _fail(exc.one_line(), exc.exit_code, debug)
+    except click.exceptions.Abort:
+        click.echo("gpuprof: interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        code = 2 if isinstance(exc, click.UsageError) else exc.exit_code
+        return _fail(exc.format_message(), code, debug)
+    except Exception as exc:  # a bug: still one line, the traceback with --debug
+        detail = f"internal error: {type(exc).__name__}: {exc}"
+        hint = "" if debug else " (rerun with --debug for the traceback)"
+        return _fail(detail + hint, 1, debug)
+    return result if isinstance(result, int) else 0
+
+
+def _fail(message: str, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    click.echo(f"gpuprof: error: {message}", err=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The reading commands: `gpuprof show`, `report` and `consolidate` (no torch: a run is read
+from its tables or shards with pandas, imported inside the commands)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuprof import registry
+from gpuprof.cli.export import nccl_tests_of
+from gpuprof.cli.options import out_option
+from gpuprof.errors import UsageError
+
+
+@click.command()
+@click.argument("run_spec", metavar="RUN")
+@click.option(
+    "--table",
+    default=registry.names()[0],
+    show_default=True,
+    type=click.Choice(registry.names()),
+    help="which probe's summary",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "json", "csv", "nccl-tests"]),
+    help="nccl-tests: the collectives in nccl-tests' own output layout",
+)
+@out_option
+def show(run_spec: str, table: str, fmt: str, out: str) -> None:
+    """Print one summary row per case of a run's table.
+
+    Example: gpuprof show latest --table collectives --format json
+    """
+    if fmt == "nccl-tests":
+        click.echo(nccl_tests_of(run_spec, out, table), nl=False)
+        return
+    # deferred: loads pandas
+    from gpuprof.analysis.summary import summarize_run
+    from gpuprof.reports.text import format_table
+    from gpuprof.runs.store import open_run
+
+    run_obj = open_run(run_spec, out)
+    missing = [t for t in registry.get(table).table_names if t not in run_obj.tables()]
+    if missing:
+        have = ", ".join(run_obj.tables()) or "none"
+        raise UsageError(f"run {run_obj.path} has no table {missing[0]!r}", f"tables: {have}")
+    summary = summarize_run(run_obj, table)
+    if fmt == "json":
+        click.echo(summary.to_json(orient="records", indent=1))
+    elif fmt == "csv":
+        click.echo(summary.to_csv(index=False), nl=False)
+    else:
+        click.echo(format_table(summary, table))
+
+
+@click.command()
+@click.argument("run_spec", metavar="RUN")
+@click.option("-o", "output", type=click.Path(), help="where to write [default: RUN/report.html]")
+@out_option
+def report(run_spec: str, output: str | None, out: str) -> None:
+    """Write the self-contained HTML report of a run (a run still running, or whose launcher
+    died, is read from its shards; nothing in the run changes but report.html).
+
+    Example: gpuprof report latest -o /tmp/report.html
+    """
+    # deferred: loads pandas, plotly
+    from gpuprof.reports.html import write_report
+    from gpuprof.runs.store import open_run
+
+    run_obj = open_run(run_spec, out)
+    target = Path(output) if output else None
+    if target is not None and not target.parent.is_dir():
+        raise UsageError(f"cannot write {target}: {target.parent} is not a folder")
+    click.echo(str(write_report(run_obj, target)))
+
+
+@click.command()
+@click.argument("run_spec", metavar="RUN")
+@out_option
+def consolidate(run_spec: str, out: str) -> None:
+    """Write a run's tables (<table>.parquet) from its shards, e.g. after copying shards from
+    the nodes; runs are consolidated when they end, so this is rarely needed.
+
+    Example: gpuprof consolidate latest
+    """
+    # deferred: loads pandas
+    from gpuprof.runs.store import open_run
+    from gpuprof.runs.tables import consolidate as write_tables
+
+    run_obj = open_run(run_spec, out)
+    if run_obj.status == "running":
+        raise UsageError(f"run {run_obj.path} is still running", "consolidate it after it ends")
+    for path in write_tables(run_obj.path).values():
+        click.echo(str(path))
