@@ -85,6 +85,22 @@ class Metric:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Export:
+    """One summary column as a Prometheus gauge `gpuprof_<name>`, in base units (bytes per
+    second, seconds, FLOP per second, ratios), one sample per summary row it keeps."""
+
+    name: str  # "collective_busbw_bytes_per_second": the unit ends the name
+    help: str
+    column: str  # the summary column
+    # summary unit -> base unit: value x scale / divisor (GB/s -> bytes/s: scale 1e9; us -> s:
+    # divisor 1e6, so 80 us is 8e-05 s exactly, not 80 x 1e-6)
+    scale: float = 1.0
+    divisor: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()  # (label, summary column)
+    keep: Callable[[Mapping[str, Any]], bool] | None = None  # which summary rows (default all)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProbeSpec:
     """Everything gpuprof knows about one probe."""
 
@@ -111,6 +127,13 @@ class ProbeSpec:
     section: str  # "module:function", (analyzed run) -> a report Section or None
     advice: str | None = None  # "module:function", (analyzed run) -> findings (text)
     metrics: tuple[Metric, ...] = ()
+    exports: tuple[Export, ...] = ()  # its numbers in Prometheus' text format
+    # "module:function", (summary) -> text in nccl-tests' output layout, for probes whose
+    # summary has nccl-tests' columns (`show --format nccl-tests`, `export nccl-tests`)
+    nccl_tests: str | None = None
+    # "module:function", (analyzed run) -> rows of the report's overview of where a training
+    # step's time goes: label and the % of the step in each OVERVIEW_PARTS part
+    overview: str | None = None
     tables: tuple[str, ...] = field(default=())  # run-format tables it writes (default: name)
     ci_devices: tuple[str, ...] = ()  # the devices (cpu, cuda) whose `ci` suite runs it
     # the other suites that run it when --probes is not given (named, it runs in any suite):
@@ -122,6 +145,8 @@ class ProbeSpec:
         """The parquet tables this probe's records consolidate into."""
         return self.tables or (self.name,)
 
+
+OVERVIEW_PARTS = ("compute time", "exposed communication", "bubble / wait", "other")
 
 ITERATION_OPTIONS = (
     Option(

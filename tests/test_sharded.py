@@ -171,3 +171,6 @@ def test_sharded_probe_two_ranks(tmp_path: Path, gp: Gp) -> None:
     assert ((summary["memory_ratio"] - 1).abs() <= 0.10).all(), summary["memory_ratio"]
     html = (run.path / "report.html").read_text()
     assert 'id="sharded"' in html and "is the fastest strategy that fits" in html
+    prom = gp("export", "prometheus", run.path).out  # its registry entry's exports
+    held = [line for line in prom.splitlines() if line.startswith("gpuprof_sharded_memory_held")]
+    assert len(held) == len(summary) and 'strategy="fsdp",scope="global",ranks="2"' in prom

@@ -126,3 +126,6 @@ def test_tp_probe_two_ranks(tmp_path: Path, gp: Gp) -> None:
     assert (summary["compute_us"] > 0).all()
     html = (run.path / "report.html").read_text()
     assert 'id="tp"' in html
+    prom = gp("export", "prometheus", run.path).out  # its registry entry's exports
+    layers = [line for line in prom.splitlines() if line.startswith("gpuprof_tp_layer_seconds")]
+    assert len(layers) == len(summary) and 'layer="attention",scope="global",ranks="2"' in prom

@@ -162,3 +162,23 @@ def variants(summary: pd.DataFrame) -> pd.DataFrame:
 def summarize_run(run: RunTables) -> pd.DataFrame:
     """The DDP summary of a run."""
     return summarize_ddp(run.table("ddp"))
+
+
+def overview(summary: pd.DataFrame) -> pd.DataFrame:
+    """The report overview's rows: the first variant at every world size, as % of its step:
+    compute (forward + backward compute + optimizer) and exposed communication."""
+    rows = []
+    for r in scaling(summary).to_dict("records"):
+        step = float(r["rank_step_us"])
+        if step <= 0:
+            continue
+        compute = float(r["forward_us"] + r["backward_compute_us"] + r["optimizer_us"])
+        exposed = float(r["exposed_comm_us"]) if pd.notna(r["exposed_comm_us"]) else 0.0
+        rows.append(
+            {
+                "label": f"DDP {r['scope']} n={r['world_size']}",
+                "compute time": 100 * compute / step,
+                "exposed communication": 100 * exposed / step,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -330,3 +330,20 @@ def stage_table(cases: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
 def summarize_run(run: RunTables) -> pd.DataFrame:
     """The pipeline summary of a run (its cases and their timeline)."""
     return summarize_pipeline(run.table("pipeline"), run.table("pipeline_timeline"))
+
+
+def overview(summary: pd.DataFrame) -> pd.DataFrame:
+    """The report overview's rows: each schedule at its largest micro-batch count, as % of its
+    step: busy time and the measured bubble (mean over stages)."""
+    rows = []
+    for schedule, by in summary.groupby("schedule", sort=False):
+        last = by.sort_values("m").iloc[-1]
+        bubble = float(last["bubble_pct"])
+        rows.append(
+            {
+                "label": f"pipeline {schedule} p={last['p']} m={last['m']}",
+                "compute time": 100 - bubble,
+                "bubble / wait": bubble,
+            }
+        )
+    return pd.DataFrame(rows)

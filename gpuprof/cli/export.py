@@ -9,28 +9,15 @@ import click
 
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.specs.collectives import SPEC as COLLECTIVES
 
 
 def nccl_tests_of(run_spec: str, out: str, table: str | None = None) -> str:
-    """The run's collectives as nccl-tests output; a UsageError for another table or none."""
+    """The run's nccl-tests-shaped tables in nccl-tests' layout (`table`: one probe's only)."""
     # deferred: loads pandas
-    from gpuprof.analysis.summary import summarize_run
-    from gpuprof.reports.nccl_tests import nccl_tests_text
+    from gpuprof.reports.nccl_tests import run_text
     from gpuprof.runs.store import open_run
 
-    if table is not None and table != COLLECTIVES.name:
-        raise UsageError(
-            f"--format nccl-tests is for --table {COLLECTIVES.name}, not {table}",
-            "nccl-tests measures collectives only",
-        )
-    run = open_run(run_spec, out)
-    if COLLECTIVES.name not in run.tables():
-        raise UsageError(f"run {run.path} has no {COLLECTIVES.name} table")
-    summary = summarize_run(run, COLLECTIVES.name)
-    if summary.empty:
-        raise UsageError(f"run {run.path} has no {COLLECTIVES.name} case")
-    return nccl_tests_text(summary)
+    return run_text(open_run(run_spec, out), table)
 
 
 def _write(text: str, output: str | None) -> None:

@@ -36,18 +36,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
-    Budget,
-    Case,
     Context,
-    Prepared,
     Scope,
     Series,
     Unsupported,
-    make_scopes,
-    run_cases,
 )
-from gpuprof.probes._timing import clock_ns
-from gpuprof.specs.ddp import DDPParams, ddp_scopes, parse_variant
+from gpuprof.probes._training import replay, run_weak_scaling, synced_clock
+from gpuprof.specs.ddp import DDPParams, parse_variant
 
 PROBE = "ddp"
 LOGGING_FIELDS = {  # DDP logging data (ns) -> our column (us)
@@ -182,6 +177,11 @@ class DDPBench:
             self.accum, params.batch, params.seq, hidden, device=ctx.device, generator=gen
         )
         self.num_params = sum(p.numel() for p in self.model.parameters())
+        self.info = {
+            "num_params": self.num_params,
+            "grad_bytes": 4 * self.num_params,
+            "ddp_logging": self.logging,
+        }
         self.comm_buffers: list[torch.Tensor] | None = None
         self.last_iteration = -1
         if self.settings["static_graph"]:
@@ -190,10 +190,6 @@ class DDPBench:
             for model, opt in ((self.model, self.opt), (self.twin, self.twin_opt)):
                 model(self.inputs[0]).float().square().mean().backward()
                 opt.zero_grad(set_to_none=True)
-
-    def _clock(self) -> int:
-        self.ctx.sync()
-        return clock_ns()
 
     @contextlib.contextmanager
     def _autocast(self) -> Iterator[None]:
@@ -208,24 +204,24 @@ class DDPBench:
     ) -> dict[str, float]:
         """One training step of `accum` micro-batches; phase times in us. Only the last
         micro-batch synchronises gradients, and only when `sync`."""
-        start = self._clock()
+        start = synced_clock(self.ctx)
         opt.zero_grad(set_to_none=True)
         times: dict[str, float] = defaultdict(float)
         for i in range(self.accum):
             last = sync and i == self.accum - 1
             with contextlib.nullcontext() if last else model.no_sync():
-                t0 = self._clock()
+                t0 = synced_clock(self.ctx)
                 with self._autocast():
                     loss = model(self.inputs[i]).float().square().mean()
-                t1 = self._clock()
+                t1 = synced_clock(self.ctx)
                 loss.backward()
-                t2 = self._clock()
+                t2 = synced_clock(self.ctx)
             part = "sync" if last else "local"
             times[f"{part}_forward_us"] += (t1 - t0) / 1e3
             times[f"{part}_backward_us"] += (t2 - t1) / 1e3
-        t3 = self._clock()
+        t3 = synced_clock(self.ctx)
         opt.step()
-        end = self._clock()
+        end = synced_clock(self.ctx)
         times["optimizer_us"] = (end - t3) / 1e3
         times["step_us"] = (end - start) / 1e3
         return times
@@ -263,13 +259,13 @@ class DDPBench:
             self.comm_buffers = [
                 torch.ones(max(1, size // 4), dtype=dtype, device=self.ctx.device) for size in sizes
             ]
-        start = self._clock()
-        works = [
-            dist.all_reduce(buf, group=self.scope.group, async_op=True) for buf in self.comm_buffers
-        ]
-        for work in works:
-            work.wait()
-        return (self._clock() - start) / 1e3
+        return replay(
+            self.ctx,
+            lambda: [
+                dist.all_reduce(buf, group=self.scope.group, async_op=True)
+                for buf in self.comm_buffers or []
+            ],
+        )
 
     def timed(self, iters: int) -> tuple[list[float], Series]:
         """`iters` rounds (DDP step, no_sync step, noop step, comm only) and one more DDP
@@ -293,47 +289,31 @@ class DDPBench:
         return times, dict(series)
 
 
-def _case(ctx: Context, scope: Scope, params: DDPParams, variant: str) -> Case:
-    settings = parse_variant(variant)
-    hidden, layers = params.shape
-    samples = params.batch * settings["accum"]
-    case_params: dict[str, Any] = {
-        "variant": variant,
-        **settings,
-        "hidden": hidden,
-        "layers": layers,
-        "batch": params.batch,
-        "seq": params.seq,
-        "samples_per_step": samples,
-    }
-
-    def build() -> Prepared:
-        bench = DDPBench(ctx, scope, params, variant)
-        case_params.update(
-            num_params=bench.num_params, grad_bytes=4 * bench.num_params, ddp_logging=bench.logging
-        )
-        return Prepared(timed=bench.timed)
-
-    return Case(
-        case_id=variant,
-        params=case_params,
-        build=build,
-        describe=f"ddp {variant} n={scope.spec.world_size} ({scope.spec.scope})",
-        collect_first=True,
-    )
-
-
 def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> None:
     """The default variant at every world size (weak scaling), every variant at the largest."""
-    specs = ddp_scopes(num_nodes, gpus_per_node, params.scaling)
-    scopes = make_scopes(ctx, specs)
-    largest = specs[-1]
+    hidden, layers = params.shape
 
-    def cases(scope: Scope) -> list[Case]:
-        names = params.variants if scope.spec == largest else params.variants[:1]
-        return [_case(ctx, scope, params, name) for name in names]
+    def columns(variant: str) -> dict[str, Any]:
+        settings = parse_variant(variant)
+        return {
+            "variant": variant,
+            **settings,
+            "hidden": hidden,
+            "layers": layers,
+            "batch": params.batch,
+            "seq": params.seq,
+            "samples_per_step": params.batch * settings["accum"],
+        }
 
-    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+    run_weak_scaling(
+        ctx,
+        PROBE,
+        params,
+        (num_nodes, gpus_per_node),
+        names=lambda largest: params.variants if largest else params.variants[:1],
+        columns=columns,
+        bench=lambda scope, variant: DDPBench(ctx, scope, params, variant),
+    )
 
 
 if __name__ == "__main__":

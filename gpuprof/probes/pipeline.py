@@ -33,16 +33,13 @@ from torch.distributed.pipelining import PipelineStage, schedules
 from gpuprof.machine.groups import scope_groups
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
-    Budget,
     Case,
     Context,
-    Prepared,
     Scope,
     Series,
     Unsupported,
-    make_scopes,
-    run_cases,
 )
+from gpuprof.probes._training import bench_case, run_scoped
 from gpuprof.runs.records import timeline_record
 from gpuprof.specs.pipeline import MULTI_CHUNK_SCHEDULES, PipelineParams
 
@@ -160,7 +157,12 @@ class PipelineBench:
         self.inputs = torch.randn(rows, params.hidden, device=ctx.device, generator=gen)
         self.target = torch.zeros(rows, params.hidden, device=ctx.device)
         self.offset_us, self.offset_error_us = clock_offset(ctx, scope)
-        self.layers = layers
+        self.info = {
+            "stages": self.stage_ids,
+            "chunk_layers": layers,
+            "clock_offset_us": self.offset_us,
+            "clock_error_us": self.offset_error_us,
+        }
 
     def _now(self) -> float:
         # the compute stream only: sends the schedule overlaps with compute go on
@@ -259,41 +261,28 @@ def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: 
         "stage_weight": params.stage_weights[scope.group_rank] if params.stage_weights else 1.0,
     }
 
-    def build() -> Prepared:
+    def make() -> PipelineBench:
         if p < 2:
             raise Unsupported("a pipeline needs at least 2 ranks")
-        bench = PipelineBench(ctx, scope, params, schedule, m, case_id)
-        case_params.update(
-            stages=bench.stage_ids,
-            chunk_layers=bench.layers,
-            clock_offset_us=bench.offset_us,
-            clock_error_us=bench.offset_error_us,
-        )
-        return Prepared(timed=bench.timed, more_records=bench.timeline)
+        return PipelineBench(ctx, scope, params, schedule, m, case_id)
 
-    return Case(
-        case_id=case_id,
-        params=case_params,
-        build=build,
-        describe=f"pipeline {schedule} p={p} m={m} v={v}",
-        collect_first=True,
-    )
+    return bench_case(case_id, case_params, make, f"pipeline {schedule} p={p} m={m} v={v}")
 
 
 def run(ctx: Context, params: PipelineParams, num_nodes: int, gpus_per_node: int) -> None:
     """Every schedule at every micro-batch count, all ranks as one pipeline."""
-    specs = scope_groups(num_nodes, gpus_per_node, ("global",))
-    scopes = make_scopes(ctx, specs)
     p = ctx.world_size
-
-    def cases(scope: Scope) -> list[Case]:
-        return [
+    run_scoped(
+        ctx,
+        PROBE,
+        params,
+        scope_groups(num_nodes, gpus_per_node, ("global",)),
+        lambda scope: [
             _case(ctx, scope, params, schedule, m)
             for schedule in params.schedules
             for m in params.micro_batch_counts(p)
-        ]
-
-    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -45,19 +45,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
-    Budget,
-    Case,
     Context,
-    Prepared,
     Scope,
     Series,
     Unsupported,
-    make_scopes,
-    run_cases,
 )
-from gpuprof.probes._timing import clock_ns
+from gpuprof.probes._training import replay, rounds, run_weak_scaling, synced_clock
 from gpuprof.probes.ddp import synthetic_model
-from gpuprof.specs.ddp import ddp_scopes
 from gpuprof.specs.sharded import (
     FSDP_BF16,
     FSDP_NORESHARD,
@@ -292,26 +286,22 @@ class ShardedBench:
         self.info["memory_bytes"] += self.info["optim_bytes"]
         self.opt.zero_grad(set_to_none=True)
 
-    def _clock(self) -> int:
-        self.ctx.sync()
-        return clock_ns()
-
     def step(self, twin: bool = False) -> dict[str, float]:
         """One training step of the strategy (or of its twin); phase times in us. The twin's
         optimizer keeps its gradients: it updates what this rank's optimizer holds."""
-        start = self._clock()
+        start = synced_clock(self.ctx)
         if twin:
             self.twin.zero_grad(set_to_none=True)
         else:
             self.opt.zero_grad(set_to_none=True)
-        t0 = self._clock()
+        t0 = synced_clock(self.ctx)
         model, x = (self.twin, self.twin_inputs) if twin else (self.model, self.inputs)
         loss = model(x).float().square().mean()
-        t1 = self._clock()
+        t1 = synced_clock(self.ctx)
         loss.backward()
-        t2 = self._clock()
+        t2 = synced_clock(self.ctx)
         (self.twin_opt if twin else self.opt).step()
-        end = self._clock()
+        end = synced_clock(self.ctx)
         return {
             "forward_us": (t1 - t0) / 1e3,
             "backward_us": (t2 - t1) / 1e3,
@@ -331,65 +321,50 @@ class ShardedBench:
                         for k, v in call.args.items()
                     }
                 )
-        start = self._clock()
-        works = []
-        for call, args in zip(self.accounting.calls, self.replay_tensors, strict=True):
-            work = getattr(dist, call.function)(**{**args, "async_op": True})
-            if work is not None:
-                works.append(work)
-        for work in works:
-            work.wait()
-        return (self._clock() - start) / 1e3
+        return replay(
+            self.ctx,
+            lambda: [
+                getattr(dist, call.function)(**{**args, "async_op": True})
+                for call, args in zip(self.accounting.calls, self.replay_tensors, strict=True)
+            ],
+        )
+
+    def _round(self) -> dict[str, float]:
+        """The strategy's step, the twin's step, the collectives alone."""
+        main = self.step()
+        twin = self.step(twin=True)
+        main.update({f"twin_{key}": value for key, value in twin.items()})
+        main["comm_only_us"] = self.comm_only()
+        return main
 
     def timed(self, iters: int) -> tuple[list[float], Series]:
         """`iters` rounds: the strategy's step, the twin's step, the collectives alone."""
-        times: list[float] = []
-        series: Series = defaultdict(list)
-        for _ in range(iters):
-            main = self.step()
-            times.append(main.pop("step_us"))
-            for key, value in main.items():
-                series[key].append(value)
-            twin = self.step(twin=True)
-            for key in ("forward_us", "backward_us", "optimizer_us", "step_us"):
-                series[f"twin_{key}"].append(twin[key])
-            series["comm_only_us"].append(self.comm_only())
-        return times, dict(series)
-
-
-def _case(ctx: Context, scope: Scope, params: ShardedParams, strategy: str) -> Case:
-    hidden, layers = params.shape
-    case_params: dict[str, Any] = {
-        "strategy": strategy,
-        "hidden": hidden,
-        "layers": layers,
-        "batch": params.batch,
-        "seq": params.seq,
-        "samples_per_step": params.batch,
-    }
-
-    def build() -> Prepared:
-        bench = ShardedBench(ctx, scope, params, strategy)
-        case_params.update(bench.info)
-        return Prepared(timed=bench.timed)
-
-    return Case(
-        case_id=strategy,
-        params=case_params,
-        build=build,
-        describe=f"{PROBE} {strategy} n={scope.spec.world_size} ({scope.spec.scope})",
-        collect_first=True,
-    )
+        return rounds(iters, self._round, "step_us")
 
 
 def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int) -> None:
     """Every strategy at every weak-scaling world size."""
-    scopes = make_scopes(ctx, ddp_scopes(num_nodes, gpus_per_node, params.scaling))
+    hidden, layers = params.shape
 
-    def cases(scope: Scope) -> list[Case]:
-        return [_case(ctx, scope, params, name) for name in params.strategies]
+    def columns(strategy: str) -> dict[str, Any]:
+        return {
+            "strategy": strategy,
+            "hidden": hidden,
+            "layers": layers,
+            "batch": params.batch,
+            "seq": params.seq,
+            "samples_per_step": params.batch,
+        }
 
-    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+    run_weak_scaling(
+        ctx,
+        PROBE,
+        params,
+        (num_nodes, gpus_per_node),
+        names=lambda largest: params.strategies,
+        columns=columns,
+        bench=lambda scope, strategy: ShardedBench(ctx, scope, params, strategy),
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ counted by a dispatch mode as a ring sends them.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import torch
@@ -32,18 +31,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
-    Budget,
-    Case,
     Context,
-    Prepared,
     Scope,
     Series,
     Unsupported,
-    make_scopes,
-    run_cases,
 )
-from gpuprof.probes._timing import clock_ns
-from gpuprof.specs.ddp import ddp_scopes
+from gpuprof.probes._training import replay, rounds, run_weak_scaling, synced_clock
 from gpuprof.specs.sharded import sent_bytes
 from gpuprof.specs.tp import HEAD, TPParams, activation_bytes, theory_sent
 
@@ -160,83 +153,61 @@ class TPBench:
             "params_per_rank": sum(p.numel() for p in self.twin.parameters()),
         }
 
-    def _clock(self) -> int:
-        self.ctx.sync()
-        return clock_ns()
-
     def run_layer(self, module: nn.Module) -> tuple[float, float]:
         """Forward and backward of `module` on the input; (forward, backward) in us."""
         module.zero_grad(set_to_none=True)
         self.x.grad = None
-        t0 = self._clock()
+        t0 = synced_clock(self.ctx)
         # an op on the output waits for its all_reduce (an async result): the forward's; the
         # twin pays the same copy
         out = module(self.x).clone()
-        t1 = self._clock()
+        t1 = synced_clock(self.ctx)
         out.float().square().mean().backward()
-        t2 = self._clock()
+        t2 = synced_clock(self.ctx)
         return (t1 - t0) / 1e3, (t2 - t1) / 1e3
 
     def comm_only(self) -> float:
         """The layer's all_reduces alone, back to back; us."""
-        start = self._clock()
-        works = [
-            dist.all_reduce(t, group=self.scope.group, async_op=True)
-            for (op, *_), t in zip(self.calls, self.replay, strict=True)
-            if op == "all_reduce"
-        ]
-        for work in works:
-            if work is not None:
-                work.wait()
-        return (self._clock() - start) / 1e3
+        return replay(
+            self.ctx,
+            lambda: [
+                dist.all_reduce(t, group=self.scope.group, async_op=True)
+                for (op, *_), t in zip(self.calls, self.replay, strict=True)
+                if op == "all_reduce"
+            ],
+        )
+
+    def _round(self) -> dict[str, float]:
+        """The split layer, its twin, the all_reduces alone."""
+        fwd, bwd = self.run_layer(self.split)
+        twin_fwd, twin_bwd = self.run_layer(self.twin)
+        return {
+            "layer_us": fwd + bwd,
+            "forward_us": fwd,
+            "backward_us": bwd,
+            "twin_forward_us": twin_fwd,
+            "twin_backward_us": twin_bwd,
+            "comm_only_us": self.comm_only(),
+        }
 
     def timed(self, iters: int) -> tuple[list[float], Series]:
         """`iters` rounds: the split layer, its twin, the all_reduces alone."""
-        times: list[float] = []
-        series: Series = defaultdict(list)
-        for _ in range(iters):
-            fwd, bwd = self.run_layer(self.split)
-            times.append(fwd + bwd)
-            series["forward_us"].append(fwd)
-            series["backward_us"].append(bwd)
-            twin_fwd, twin_bwd = self.run_layer(self.twin)
-            series["twin_forward_us"].append(twin_fwd)
-            series["twin_backward_us"].append(twin_bwd)
-            series["comm_only_us"].append(self.comm_only())
-        return times, dict(series)
-
-
-def _case(ctx: Context, scope: Scope, params: TPParams, kind: str) -> Case:
-    case_params: dict[str, Any] = {
-        "layer": kind,
-        "hidden": params.hidden,
-        "batch": params.batch,
-        "seq": params.seq,
-        "tokens": params.tokens,
-    }
-
-    def build() -> Prepared:
-        bench = TPBench(ctx, scope, params, kind)
-        case_params.update(bench.info)
-        return Prepared(timed=bench.timed)
-
-    return Case(
-        case_id=kind,
-        params=case_params,
-        build=build,
-        describe=f"{PROBE} {kind} h={params.hidden} n={scope.spec.world_size} ({scope.spec.scope})",
-        collect_first=True,
-    )
+        return rounds(iters, self._round, "layer_us")
 
 
 def run(ctx: Context, params: TPParams, num_nodes: int, gpus_per_node: int) -> None:
     """Every layer kind at every world size."""
-    scopes = make_scopes(ctx, ddp_scopes(num_nodes, gpus_per_node, params.scaling))
-
-    def cases(scope: Scope) -> list[Case]:
-        return [_case(ctx, scope, params, kind) for kind in params.layers]
-
-    run_cases(ctx, PROBE, scopes, cases, Budget.of(params))
+    shape = {"hidden": params.hidden, "batch": params.batch, "seq": params.seq}
+    run_weak_scaling(
+        ctx,
+        PROBE,
+        params,
+        (num_nodes, gpus_per_node),
+        names=lambda largest: params.layers,
+        columns=lambda kind: {"layer": kind, **shape, "tokens": params.tokens},
+        bench=lambda scope, kind: TPBench(ctx, scope, params, kind),
+        label=f" h={params.hidden}",
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ import math
 
 import pandas as pd
 
+from gpuprof import registry
+from gpuprof.analysis.summary import summarize_run
+from gpuprof.errors import UsageError
+from gpuprof.runs.store import Run
 from gpuprof.specs.collectives import IN_PLACE_ONLY, OUT_OF_PLACE_ONLY
 
 TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
@@ -139,3 +143,29 @@ def nccl_tests_text(summary: pd.DataFrame) -> str:
         ]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
+
+
+def run_text(run: Run, table: str | None = None) -> str:
+    """Every table of the run whose probe declares an nccl-tests layout (registry
+    `nccl_tests`), in that layout; with `table`, that probe's only. A UsageError when the run
+    has none, or `table` has no such layout."""
+    shaped = [s for s in registry.specs().values() if s.nccl_tests is not None]
+    names = ", ".join(s.name for s in shaped)
+    if table is not None:
+        shaped = [s for s in shaped if s.name == table]
+        if not shaped:
+            raise UsageError(
+                f"--format nccl-tests is for --table {names}, not {table}",
+                "nccl-tests' layout fits collectives only",
+            )
+    present = [s for s in shaped if all(t in run.tables() for t in s.table_names)]
+    if not present:
+        raise UsageError(f"run {run.path} has no {names} table", "measure it with gpuprof sweep")
+    texts = []
+    for spec in present:
+        summary = summarize_run(run, spec.name)
+        if spec.nccl_tests is not None and not summary.empty:
+            texts.append(registry.load(spec.nccl_tests)(summary))
+    if not texts:
+        raise UsageError(f"run {run.path} has no {names} case", "measure them with gpuprof sweep")
+    return "".join(texts)

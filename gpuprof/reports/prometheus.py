@@ -13,19 +13,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpuprof import registry
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
+from gpuprof.registry import Export, ProbeSpec
 from gpuprof.runs.store import open_run
-from gpuprof.specs.collectives import SPEC as COLLECTIVES
-from gpuprof.specs.compute import SPEC as COMPUTE
-from gpuprof.specs.ddp import SPEC as DDP
-from gpuprof.specs.memory import SPEC as MEMORY
-from gpuprof.specs.p2p import SPEC as P2P
-from gpuprof.specs.pipeline import SPEC as PIPELINE
 
 Sample = tuple[dict[str, Any], float | None]
 
@@ -47,15 +43,30 @@ def _metric(name: str, help_text: str, samples: Iterable[Sample], base: dict[str
     return "\n".join([f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *lines])
 
 
-def _records(analyzed: Analyzed, probe: str) -> list[dict[str, Any]]:
-    if not analyzed.has(*_tables(probe)):
+def _label(value: Any) -> str:
+    """A label value as the summary holds it; booleans as Prometheus writes them."""
+    return str(value).lower() if isinstance(value, (bool, np.bool_)) else str(value)
+
+
+def _samples(rows: list[dict[str, Any]], export: Export) -> Iterable[Sample]:
+    for row in rows:
+        if export.keep is not None and not export.keep(row):
+            continue
+        value = row.get(export.column)
+        labels = {label: _label(row[column]) for label, column in export.labels}
+        if value is None or pd.isna(value):
+            yield labels, None  # missing: absent from the textfile, never 0
+        else:
+            yield labels, float(value) * export.scale / export.divisor
+
+
+def _probe_metrics(analyzed: Analyzed, spec: ProbeSpec, base: dict[str, str]) -> list[str]:
+    """Every gauge the probe's spec exports, from its summary (none if it did not run)."""
+    if not spec.exports or not analyzed.has(*spec.table_names):
         return []
-    frame: pd.DataFrame = analyzed.summary(probe)
-    return [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
-
-
-def _tables(probe: str) -> tuple[str, ...]:
-    return registry.get(probe).table_names
+    frame: pd.DataFrame = analyzed.summary(spec.name)
+    rows = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+    return [_metric(f"gpuprof_{e.name}", e.help, _samples(rows, e), base) for e in spec.exports]
 
 
 def _seconds(stamp: str | None) -> float | None:
@@ -65,178 +76,16 @@ def _seconds(stamp: str | None) -> float | None:
 
 
 def prometheus_text(analyzed: Analyzed) -> str:
-    """Every metric the run has, as one textfile."""
+    """Every metric the run has, as one textfile: each probe's exports (its registry entry
+    declares them), then the run's own."""
     info = analyzed.info
     base = {
         "run": str(info.get("run_id", "unknown")),
         "gpu_model": gpu_model(info) or "cpu",
     }
-    metrics = []
-    coll = _records(analyzed, COLLECTIVES.name)
-    metrics.append(
-        _metric(
-            "gpuprof_collective_busbw_bytes_per_second",
-            "Collective bus bandwidth (nccl-tests busbw), per op, size and scope.",
-            (
-                (
-                    {
-                        "op": r["op"],
-                        "dtype": r["dtype"],
-                        "size_bytes": r["size_bytes"],
-                        "in_place": str(bool(r["in_place"])).lower(),
-                        "scope": r["scope"],
-                        "ranks": r["world_size"],
-                        "group": r["group"],
-                    },
-                    r["busbw_gbps"] * 1e9,
-                )
-                for r in coll
-            ),
-            base,
-        )
-    )
-    metrics.append(
-        _metric(
-            "gpuprof_collective_time_seconds",
-            "Median time of one collective, per op, size and scope.",
-            (
-                (
-                    {
-                        "op": r["op"],
-                        "dtype": r["dtype"],
-                        "size_bytes": r["size_bytes"],
-                        "in_place": str(bool(r["in_place"])).lower(),
-                        "scope": r["scope"],
-                        "ranks": r["world_size"],
-                        "group": r["group"],
-                    },
-                    r["time_us"] / 1e6,
-                )
-                for r in coll
-            ),
-            base,
-        )
-    )
-    pairs = _records(analyzed, P2P.name)
-    metrics.append(
-        _metric(
-            "gpuprof_p2p_bandwidth_bytes_per_second",
-            "Point-to-point bandwidth of a pair of ranks (uni or bidirectional).",
-            (
-                (
-                    {
-                        "rank_a": r["rank_a"],
-                        "rank_b": r["rank_b"],
-                        "host": r["host_a"],
-                        "host_b": r["host_b"],
-                        "link_class": r["link_class"],
-                        "mode": r["mode"],
-                    },
-                    r["bw_gbps"] * 1e9,
-                )
-                for r in pairs
-                if r["mode"] != "latency"
-            ),
-            base,
-        )
-    )
-    metrics.append(
-        _metric(
-            "gpuprof_p2p_latency_seconds",
-            "Point-to-point one-way latency of a pair of ranks (ping-pong / 2).",
-            (
-                (
-                    {
-                        "rank_a": r["rank_a"],
-                        "rank_b": r["rank_b"],
-                        "host": r["host_a"],
-                        "host_b": r["host_b"],
-                        "link_class": r["link_class"],
-                    },
-                    r["latency_us"] / 1e6,
-                )
-                for r in pairs
-                if r["mode"] == "latency"
-            ),
-            base,
-        )
-    )
-    metrics.append(
-        _metric(
-            "gpuprof_memory_bandwidth_bytes_per_second",
-            "Copy bandwidth ceiling per rank and kind of copy.",
-            (
-                (
-                    {"rank": r["rank"], "host": r["host"], "kind": r["kind"]},
-                    r["bandwidth_gbps"] * 1e9,
-                )
-                for r in _records(analyzed, MEMORY.name)
-            ),
-            base,
-        )
-    )
-    metrics.append(
-        _metric(
-            "gpuprof_matmul_flops_per_second",
-            "Dense matmul rate per rank and dtype.",
-            (
-                (
-                    {"rank": r["rank"], "host": r["host"], "dtype": r["dtype"], "n": r["n"]},
-                    r["tflops"] * 1e12,
-                )
-                for r in _records(analyzed, COMPUTE.name)
-            ),
-            base,
-        )
-    )
-    ddp = _records(analyzed, DDP.name)
-    metrics.append(
-        _metric(
-            "gpuprof_ddp_scaling_efficiency_ratio",
-            "DDP weak-scaling efficiency: samples/s(n) / (n x samples/s(1)).",
-            (
-                (
-                    {"variant": r["case_id"], "scope": r["scope"], "ranks": r["world_size"]},
-                    r.get("efficiency"),
-                )
-                for r in ddp
-            ),
-            base,
-        )
-    )
-    metrics.append(
-        _metric(
-            "gpuprof_ddp_step_seconds",
-            "DDP training step (slowest rank, median).",
-            (
-                (
-                    {"variant": r["case_id"], "scope": r["scope"], "ranks": r["world_size"]},
-                    r["step_us"] / 1e6,
-                )
-                for r in ddp
-            ),
-            base,
-        )
-    )
-    metrics.append(
-        _metric(
-            "gpuprof_pipeline_bubble_ratio",
-            "Measured pipeline bubble: 1 - busy compute / step, mean over ranks.",
-            (
-                (
-                    {
-                        "schedule": r["schedule"],
-                        "stages": r["p"],
-                        "micro_batches": r["m"],
-                        "chunks": r["v"],
-                    },
-                    r["bubble_pct"] / 100,
-                )
-                for r in _records(analyzed, PIPELINE.name)
-            ),
-            base,
-        )
-    )
+    metrics = [
+        m for spec in registry.specs().values() for m in _probe_metrics(analyzed, spec, base)
+    ]
     status = str(info.get("status", "unknown"))
     hosts = ",".join(str(n.get("host")) for n in info.get("nodes", []))
     metrics.append(

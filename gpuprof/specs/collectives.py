@@ -12,7 +12,7 @@ import psutil
 from gpuprof.errors import UsageError
 from gpuprof.machine.groups import SCOPES, scope_groups
 from gpuprof.params import ProbeParams, check_choices, csv
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.units import format_size, parse_size, parse_size_list, size_range
 
 OPS = (
@@ -209,6 +209,16 @@ def _sizes(base: ProbeParams, opts: Mapping[str, Any]) -> dict[str, Any]:
 
 _KEYS = ("op", "dtype", "redop", "size_bytes", "in_place", "scope", "group", "world_size")
 
+_EXPORT_LABELS = (
+    ("op", "op"),
+    ("dtype", "dtype"),
+    ("size_bytes", "size_bytes"),
+    ("in_place", "in_place"),
+    ("scope", "scope"),
+    ("ranks", "world_size"),
+    ("group", "group"),
+)
+
 SPEC = ProbeSpec(
     name="collectives",
     help="Collectives with nccl-tests semantics.\n\n"
@@ -278,4 +288,21 @@ SPEC = ProbeSpec(
     # busbw alone: time_us is the same number inverted (its verdict is always busbw's)
     metrics=(Metric(column="busbw_gbps", better="higher", keys=_KEYS),),
     ci_devices=("cpu",),  # one GPU has no collective to measure; two gloo ranks on CPU do
+    nccl_tests="gpuprof.reports.nccl_tests:nccl_tests_text",
+    exports=(
+        Export(
+            name="collective_busbw_bytes_per_second",
+            help="Collective bus bandwidth (nccl-tests busbw), per op, size and scope.",
+            column="busbw_gbps",
+            scale=1e9,
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="collective_time_seconds",
+            help="Median time of one collective, per op, size and scope.",
+            column="time_us",
+            divisor=1e6,
+            labels=_EXPORT_LABELS,
+        ),
+    ),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.params import csv, positive_int
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.specs.ceilings import (
     COMPUTE_DTYPES,
     DEVICE_KEYS,
@@ -59,4 +59,13 @@ SPEC = ProbeSpec(
     section="gpuprof.reports.sections.ceilings:compute_section",
     metrics=(Metric(column="tflops", better="higher", keys=(*DEVICE_KEYS, "dtype", "n")),),
     ci_devices=("cpu", "cuda"),
+    exports=(
+        Export(
+            name="matmul_flops_per_second",
+            help="Dense matmul rate per rank and dtype.",
+            column="tflops",
+            scale=1e12,
+            labels=(("rank", "rank"), ("host", "host"), ("dtype", "dtype"), ("n", "n")),
+        ),
+    ),
 )

@@ -9,7 +9,7 @@ from typing import Any
 from gpuprof.errors import UsageError
 from gpuprof.machine.groups import GroupSpec, scope_groups
 from gpuprof.params import ProbeParams, csv, positive_int
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.units import parse_count
 
 DDP_HOOKS = ("allreduce", "fp16", "bf16")
@@ -248,6 +248,8 @@ MODEL_OPTIONS = (
 
 _KEYS = ("scope", "world_size", "group", "case_id")
 
+_EXPORT_LABELS = (("variant", "case_id"), ("scope", "scope"), ("ranks", "world_size"))
+
 SPEC = ProbeSpec(
     name="ddp",
     help="A DDP training step broken down (forward, backward, exposed communication, optimizer) "
@@ -302,4 +304,20 @@ SPEC = ProbeSpec(
         Metric(column="optimizer_us", better="lower", keys=_KEYS),
     ),
     ci_devices=("cpu", "cuda"),
+    overview="gpuprof.analysis.ddp:overview",
+    exports=(
+        Export(
+            name="ddp_scaling_efficiency_ratio",
+            help="DDP weak-scaling efficiency: samples/s(n) / (n x samples/s(1)).",
+            column="efficiency",
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="ddp_step_seconds",
+            help="DDP training step (slowest rank, median).",
+            column="step_us",
+            divisor=1e6,
+            labels=_EXPORT_LABELS,
+        ),
+    ),
 )

@@ -4,7 +4,7 @@ device to device; a host copy on CPU)."""
 from __future__ import annotations
 
 from gpuprof.params import csv
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.specs.ceilings import (
     DEVICE_KEYS,
     MEMORY_KINDS,
@@ -74,4 +74,13 @@ SPEC = ProbeSpec(
         ),
     ),
     ci_devices=("cpu", "cuda"),
+    exports=(
+        Export(
+            name="memory_bandwidth_bytes_per_second",
+            help="Copy bandwidth ceiling per rank and kind of copy.",
+            column="bandwidth_gbps",
+            scale=1e9,
+            labels=(("rank", "rank"), ("host", "host"), ("kind", "kind")),
+        ),
+    ),
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.units import parse_size
 
 P2P_MODES = ("uni", "bidir", "latency")
@@ -118,6 +118,14 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
 
 _KEYS = ("mode", "rank_a", "rank_b", "size_bytes")
 
+_PAIR_LABELS = (
+    ("rank_a", "rank_a"),
+    ("rank_b", "rank_b"),
+    ("host", "host_a"),
+    ("host_b", "host_b"),
+    ("link_class", "link_class"),
+)
+
 SPEC = ProbeSpec(
     name="p2p",
     help="Bandwidth (uni- and bidirectional) and latency of every pair of ranks, classified by "
@@ -161,5 +169,23 @@ SPEC = ProbeSpec(
     metrics=(
         Metric(column="bw_gbps", better="higher", keys=_KEYS),
         Metric(column="latency_us", better="lower", keys=_KEYS),
+    ),
+    exports=(
+        Export(
+            name="p2p_bandwidth_bytes_per_second",
+            help="Point-to-point bandwidth of a pair of ranks (uni or bidirectional).",
+            column="bw_gbps",
+            scale=1e9,
+            labels=(*_PAIR_LABELS, ("mode", "mode")),
+            keep=lambda r: r["mode"] != "latency",
+        ),
+        Export(
+            name="p2p_latency_seconds",
+            help="Point-to-point one-way latency of a pair of ranks (ping-pong / 2).",
+            column="latency_us",
+            divisor=1e6,
+            labels=_PAIR_LABELS,
+            keep=lambda r: r["mode"] == "latency",
+        ),
     ),
 )

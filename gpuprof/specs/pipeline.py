@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv, floats, ints, positive_int
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 
 PIPELINE_SCHEDULES = (
     "GPipe",
@@ -195,4 +195,19 @@ SPEC = ProbeSpec(
         Metric(column="bubble_pct", better="lower", keys=_KEYS),
     ),
     tables=("pipeline", "pipeline_timeline"),
+    overview="gpuprof.analysis.pipeline:overview",
+    exports=(
+        Export(
+            name="pipeline_bubble_ratio",
+            help="Measured pipeline bubble: 1 - busy compute / step, mean over ranks.",
+            column="bubble_pct",
+            divisor=100,
+            labels=(
+                ("schedule", "schedule"),
+                ("stages", "p"),
+                ("micro_batches", "m"),
+                ("chunks", "v"),
+            ),
+        ),
+    ),
 )

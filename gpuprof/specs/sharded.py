@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuprof.params import ProbeParams, check_choices, csv
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.specs.ddp import MODEL_OPTIONS, ModelParams, ddp_scopes
 
 # the strategy that shards nothing is the DDP baseline (spelled here once: the registry's rule
@@ -137,6 +137,8 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
 
 _KEYS = ("scope", "world_size", "group", "case_id")
 
+_EXPORT_LABELS = (("strategy", "case_id"), ("scope", "scope"), ("ranks", "world_size"))
+
 SPEC = ProbeSpec(
     name="sharded",
     help="DDP, ZeRO-1 and FSDP (resharding or not, bf16 mixed precision) on one synthetic "
@@ -186,4 +188,31 @@ SPEC = ProbeSpec(
     advice="gpuprof.advice.sharded:findings",
     suites=("standard", "full"),  # a study beyond the quick suite's first look (or named)
     metrics=(Metric(column="samples_per_s", better="higher", keys=_KEYS),),
+    exports=(
+        Export(
+            name="sharded_step_seconds",
+            help="Sharded data-parallel training step per strategy (slowest rank, median).",
+            column="step_us",
+            divisor=1e6,
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="sharded_memory_held_bytes",
+            help="Parameters, gradients and optimizer state one rank holds, per strategy.",
+            column="memory_bytes",
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="sharded_sent_bytes",
+            help="Bytes one rank's collectives send in one step, per strategy.",
+            column="sent_bytes",
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="sharded_scaling_efficiency_ratio",
+            help="Weak-scaling efficiency of a strategy: samples/s(n) / (n x samples/s(1)).",
+            column="efficiency",
+            labels=_EXPORT_LABELS,
+        ),
+    ),
 )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv, positive_int
-from gpuprof.registry import Metric, Option, ProbeSpec
+from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.specs.ddp import ddp_scopes
 
 LAYERS = ("mlp", "attention")
@@ -127,6 +127,8 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
 
 _KEYS = ("scope", "world_size", "group", "case_id")
 
+_EXPORT_LABELS = (("layer", "case_id"), ("scope", "scope"), ("ranks", "world_size"))
+
 SPEC = ProbeSpec(
     name="tp",
     help="Tensor parallelism (Megatron-style, parallelize_module): an MLP and an attention "
@@ -189,4 +191,26 @@ SPEC = ProbeSpec(
     advice="gpuprof.advice.tp:findings",
     suites=("standard", "full"),  # a study beyond the quick suite's first look (or named)
     metrics=(Metric(column="layer_us", better="lower", keys=_KEYS),),
+    exports=(
+        Export(
+            name="tp_layer_seconds",
+            help="Tensor-parallel layer, forward + backward (slowest rank, median).",
+            column="layer_us",
+            divisor=1e6,
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="tp_allreduce_seconds",
+            help="The tensor-parallel layer's activation all_reduces alone, back to back.",
+            column="comm_only_us",
+            divisor=1e6,
+            labels=_EXPORT_LABELS,
+        ),
+        Export(
+            name="tp_efficiency_ratio",
+            help="Tensor-parallel efficiency: speedup over one rank / ranks.",
+            column="efficiency",
+            labels=_EXPORT_LABELS,
+        ),
+    ),
 )

@@ -9,12 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis.ddp import scaling
+from gpuprof import registry
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.figures import overview_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, embed
-from gpuprof.specs.ddp import SPEC as DDP
-from gpuprof.specs.pipeline import SPEC as PIPELINE
 
 NOTE = (
     "DDP (its first variant at each world size): compute time = forward + backward compute + "
@@ -26,36 +24,23 @@ NOTE = (
 
 
 def overview_rows(analyzed: Analyzed) -> pd.DataFrame:
-    """One row per training case: label and the % of its step in each part."""
-    rows: list[dict[str, Any]] = []
-    if analyzed.has(*DDP.table_names):
-        for r in scaling(analyzed.summary(DDP.name)).to_dict("records"):
-            step = float(r["rank_step_us"])
-            compute = float(r["forward_us"] + r["backward_compute_us"] + r["optimizer_us"])
-            exposed = float(r["exposed_comm_us"]) if pd.notna(r["exposed_comm_us"]) else 0.0
-            if step <= 0:
-                continue
-            parts = [100 * compute / step, 100 * exposed / step, 0.0]
-            rows.append({"label": f"DDP {r['scope']} n={r['world_size']}", **_parts(parts)})
-    if analyzed.has(*PIPELINE.table_names):
-        summary = analyzed.summary(PIPELINE.name)
-        for schedule, by in summary.groupby("schedule", sort=False):
-            last = by.sort_values("m").iloc[-1]
-            bubble = float(last["bubble_pct"])
-            label = f"pipeline {schedule} p={last['p']} m={last['m']}"
-            rows.append({"label": label, **_parts([100 - bubble, 0.0, bubble])})
-    return pd.DataFrame(rows)
-
-
-def _parts(values: list[float]) -> dict[str, float]:
-    compute, exposed, bubble = (max(0.0, v) for v in values)
-    other = max(0.0, 100 - compute - exposed - bubble)
-    return {
-        "compute time": compute,
-        "exposed communication": exposed,
-        "bubble / wait": bubble,
-        "other": other,
-    }
+    """One row per training case of every probe whose spec names an overview: its label and
+    the % of its step in each part (`registry.OVERVIEW_PARTS`; "other" is the rest)."""
+    frames: list[pd.DataFrame] = [
+        registry.load(spec.overview)(analyzed.summary(spec.name))
+        for spec in registry.specs().values()
+        if spec.overview is not None and analyzed.has(*spec.table_names)
+    ]
+    rows: pd.DataFrame = pd.concat(
+        [f for f in frames if not f.empty] or [pd.DataFrame()], ignore_index=True
+    )
+    if rows.empty:
+        return rows
+    parts = [p for p in registry.OVERVIEW_PARTS if p != "other"]
+    rows = rows.reindex(columns=["label", *parts]).fillna(dict.fromkeys(parts, 0.0))
+    rows[parts] = rows[parts].clip(lower=0.0)
+    rows["other"] = (100 - rows[parts].sum(axis=1)).clip(lower=0.0)
+    return rows
 
 
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
