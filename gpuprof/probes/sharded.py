@@ -51,7 +51,7 @@ from gpuprof.probes._harness import (
     Unsupported,
 )
 from gpuprof.probes._training import replay, rounds, run_weak_scaling, synced_clock
-from gpuprof.probes.ddp import synthetic_model
+from gpuprof.probes.ddp import bucket_bytes, fallback_buckets, synthetic_model
 from gpuprof.specs.sharded import (
     FSDP_BF16,
     FSDP_NORESHARD,
@@ -73,7 +73,6 @@ COUNTED = {
     "all_reduce": "all_reduce",
     "broadcast": "broadcast",
 }
-ALL_REDUCE = dist.all_reduce  # the hook's own, outside any accounting
 SIZE_ARG = {"all_gather": 0, "reduce_scatter": 1, "all_reduce": 0, "broadcast": 0}
 
 
@@ -143,21 +142,24 @@ class Accounting:
                 setattr(dist, name, original)
 
 
-def counting_hook(accounting: Accounting, group: Any) -> Callable[..., Any]:
-    """A DDP comm hook that averages the bucket as DDP's default does, counting it (the
-    all_reduce is the one torch.distributed had at import: never counted twice)."""
+def bucket_calls(ddp: DistributedDataParallel, group: Any) -> list[Call]:
+    """The all_reduces DDP's reducer issues in one step, one per gradient bucket (sizes from
+    DDP's logging data, else as DDP first builds them), counted as a ring sends them. The
+    reducer is C++: its collectives are read from its buckets, not intercepted, so the timed
+    steps run DDP's own allreduce, not a Python comm hook."""
+    get = getattr(ddp, "_get_ddp_logging_data", None)
+    data = get() if get is not None else {}
+    sizes = bucket_bytes(data) or fallback_buckets(ddp.module, 25.0)
     n = dist.get_world_size(group)
-
-    def hook(state: Any, bucket: Any) -> Any:
-        buffer = bucket.buffer()
-        accounting.note("all_reduce", {"tensor": buffer, "group": group})
-        work = ALL_REDUCE(buffer.div_(n), group=group, async_op=True)
-        return work.get_future().then(lambda fut: fut.value()[0])
-
-    # DDP checks the annotations as objects (this module's are strings: postponed evaluation)
-    bucket_type = dist.GradBucket  # type: ignore[attr-defined]
-    hook.__annotations__ = {"bucket": bucket_type, "return": torch.futures.Future[torch.Tensor]}
-    return hook
+    return [
+        Call(
+            function="all_reduce",
+            op="all_reduce",
+            args={"tensor": TensorSpec((max(1, size // 4),), torch.float32), "group": group},
+            sent=sent_bytes("all_reduce", size, n),
+        )
+        for size in sizes
+    ]
 
 
 def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -215,7 +217,6 @@ class ShardedBench:
                 process_group=scope.group,
                 gradient_as_bucket_view=True,
             )
-            ddp.register_comm_hook(None, counting_hook(self.accounting, scope.group))
             self.model = ddp
             if strategy == ZERO1:
                 # deferred: importing torch.distributed.optim scripts its functional optimizers
@@ -263,6 +264,10 @@ class ShardedBench:
         self.accounting.calls.clear()
         with self.accounting.recording():
             self.step()
+        if isinstance(self.model, DistributedDataParallel):
+            self.accounting.calls[:0] = bucket_calls(self.model, self.scope.group)
+            logging: dict[str, Any] = getattr(self.model, "_get_ddp_logging_data", dict)()
+            self.info["comm_hook"] = logging.get("comm_hook")  # None: DDP's own allreduce
         opt = self.opt.optim if self.strategy == ZERO1 else self.opt
         params = list(self.model.parameters())
         grads = [p.grad for p in params if p.grad is not None]
