@@ -176,3 +176,20 @@ def test_sharded_probe_two_ranks(tmp_path: Path, gp: Gp) -> None:
     prom = gp("export", "prometheus", run.path).out  # its registry entry's exports
     held = [line for line in prom.splitlines() if line.startswith("gpuprof_sharded_memory_held")]
     assert len(held) == len(summary) and 'strategy="fsdp",scope="global",ranks="2"' in prom
+
+
+def test_fsdp2_is_found_where_torch_2_4_and_2_5_keep_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.4 and 2.5 have FSDP2 only in torch.distributed._composable.fsdp (their
+    torch.distributed.fsdp is FSDP1): hide the public home and the composable one serves."""
+    import torch.distributed._composable.fsdp as composable
+    import torch.distributed.fsdp as public
+
+    from gpuprof.probes._harness import Unsupported
+    from gpuprof.probes.sharded import fsdp2
+
+    assert fsdp2() == (public.fully_shard, public.MixedPrecisionPolicy)
+    monkeypatch.delattr(public, "fully_shard")
+    assert fsdp2() == (composable.fully_shard, composable.MixedPrecisionPolicy)
+    monkeypatch.delattr(composable, "fully_shard")
+    with pytest.raises(Unsupported, match=r"torch\.distributed\.fsdp: .*_composable\.fsdp: "):
+        fsdp2()

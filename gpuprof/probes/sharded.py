@@ -32,6 +32,7 @@ and the strategy's own overhead); hidden = 1 - exposed / the replay.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +42,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.nn.parallel import DistributedDataParallel
 
 from gpuprof.probes._entry import run_as_command
@@ -172,12 +174,26 @@ def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
+# where torch keeps FSDP2 (fully_shard, MixedPrecisionPolicy): public from torch 2.6, in the
+# composable API in 2.4 and 2.5 (where torch.distributed.fsdp holds FSDP1 only)
+FSDP2_HOMES = ("torch.distributed.fsdp", "torch.distributed._composable.fsdp")
+
+
+def fsdp2() -> tuple[Callable[..., Any], type]:
+    """(fully_shard, MixedPrecisionPolicy) from the first home this torch has; Unsupported,
+    naming every home tried, when it has neither."""
+    tried = []
+    for home in FSDP2_HOMES:
+        try:
+            module = importlib.import_module(home)
+            return module.fully_shard, module.MixedPrecisionPolicy
+        except (ImportError, AttributeError) as exc:
+            tried.append(f"{home}: {exc}")
+    raise Unsupported(f"FSDP2 fully_shard: {'; '.join(tried)}")
+
+
 def _fsdp(model: nn.Module, ctx: Context, scope: Scope, strategy: str) -> nn.Module:
-    try:  # optional: FSDP2 is public from torch 2.6; without it the case is skipped
-        from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    except ImportError as exc:
-        raise Unsupported(f"FSDP2 fully_shard: {exc}") from None
+    fully_shard, MixedPrecisionPolicy = fsdp2()  # noqa: N806 - torch's class name
     kwargs: dict[str, Any] = {"reshard_after_forward": strategy != FSDP_NORESHARD}
     if strategy == FSDP_BF16:
         if ctx.device.type == "cuda" and not torch.cuda.is_bf16_supported(
