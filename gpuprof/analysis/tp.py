@@ -36,7 +36,8 @@ def summarize_tp(frame: pd.DataFrame) -> pd.DataFrame:
     groups = rows.groupby(KEYS, sort=False)
     layer = rows.groupby([*KEYS, "iteration"], sort=False)["time_us"].max().groupby(KEYS).median()
     out = groups[PER_CASE].first()
-    out = out.join(groups[["sent_bytes", "num_collectives", "params_per_rank"]].max())
+    counts = ["sent_bytes", "num_collectives", "replayed_collectives", "params_per_rank"]
+    out = out.join(groups[[c for c in counts if c in rows.columns]].max())
     out = out.join(groups[[*steps, "compute_us"]].median())
     out["exposed_comm_us"] = rows["exposed_comm_us"].groupby(by).median()
     out["layer_us"] = layer

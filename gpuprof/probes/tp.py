@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -131,6 +132,7 @@ class TPBench:
             raise Unsupported(f"{params.hidden // HEAD} heads do not split over {n} ranks")
         group = scope.group if scope.group is not None else dist.group.WORLD
         assert group is not None
+        self.group = group
         mesh = DeviceMesh.from_group(group, ctx.device.type)
         names = ("fc1", "fc2") if kind == "mlp" else ("qkv", "proj")
         plan = {names[0]: ColwiseParallel(), names[1]: RowwiseParallel()}
@@ -145,8 +147,12 @@ class TPBench:
             self.run_layer(self.split)
         self.calls = counter.calls
         self.replay = [torch.empty(s, dtype=d, device=ctx.device) for _, s, d, _ in self.calls]
+        replayed = CollectiveBytes(n)
+        with replayed:  # the replay issues the ops the layer did: counted by the same mode
+            self.comm_only()
         self.info: dict[str, Any] = {
             "num_collectives": len(self.calls),
+            "replayed_collectives": len(replayed.calls),
             "sent_bytes": sum(c[3] for c in self.calls),
             "theory_sent_bytes": theory_sent(n, params.tokens, params.hidden),
             "activation_bytes": activation_bytes(params.tokens, params.hidden),
@@ -167,11 +173,13 @@ class TPBench:
         return (t1 - t0) / 1e3, (t2 - t1) / 1e3
 
     def comm_only(self) -> float:
-        """The layer's all_reduces alone, back to back; us."""
+        """The layer's all_reduces alone, back to back, as the split layer issues them: the
+        functional collectives (`_c10d_functional.all_reduce`, then waiting on the result),
+        not c10d's in-place all_reduce; us."""
         return replay(
             self.ctx,
             lambda: [
-                dist.all_reduce(t, group=self.scope.group, async_op=True)
+                funcol.all_reduce(t, "sum", self.group)
                 for (op, *_), t in zip(self.calls, self.replay, strict=True)
                 if op == "all_reduce"
             ],
