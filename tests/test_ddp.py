@@ -115,3 +115,23 @@ def test_every_variant_runs_or_says_why_not(tmp_path: Path, gp: Gp) -> None:
     assert measured | set(skipped) == set(variants.split(","))
     assert set(skipped) <= {"hook=bf16"}  # gloo has no bf16 hook: NCCL only
     assert all("comm hook bf16" in reason for reason in skipped.values())
+
+
+@pytest.mark.gloo("ddp")
+def test_out_of_memory_inside_a_case_skips_that_case(
+    tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's out-of-memory error inside a case (raised on every rank by the test-only
+    fault, as a too-small GPU does in a data-parallel case) becomes that case's skip with the
+    memory figures; the other variants are measured and the sweep succeeds."""
+    monkeypatch.setenv("GPUPROF_FAULT_OOM", "ddp/bucket=1")
+    result = gp(
+        "run", "ddp", "--gpus", "2", "--device", "cpu", "--out", tmp_path, "--no-telemetry",
+        *TINY_DDP, "--ddp-variants", "default,bucket=1", "--no-scaling", "--budget-ms", "50",
+        "--min-iters", "2", "--warmup", "1",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    run = open_run(tmp_path / "0001_ddp")
+    assert set(run.table("ddp")["case_id"]) == {"default"}
+    (skip,) = {s["reason"] for s in run.info["skipped"] if s["case_id"] == "bucket=1"}
+    assert skip.startswith("out of memory: test fault") and " free of " in skip

@@ -11,6 +11,7 @@ import pytest
 from gpuprof.advice.sharded import capacity_per_rank, sharded_findings
 from gpuprof.analysis.sharded import summarize_sharded
 from gpuprof.runs.store import open_run
+from gpuprof.specs.ddp import activation_bytes, ddp_case_bytes, model_size
 from gpuprof.specs.sharded import (
     DDP,
     FSDP,
@@ -18,9 +19,12 @@ from gpuprof.specs.sharded import (
     FSDP_NORESHARD,
     STRATEGIES,
     ZERO1,
+    ShardedParams,
     sent_bytes,
+    sharded_case_bytes,
     theory_memory,
     theory_sent,
+    what_fits,
 )
 from tests.conftest import TINY_DDP, Gp
 
@@ -193,3 +197,62 @@ def test_fsdp2_is_found_where_torch_2_4_and_2_5_keep_it(monkeypatch: pytest.Monk
     monkeypatch.delattr(composable, "fully_shard")
     with pytest.raises(Unsupported, match=r"torch\.distributed\.fsdp: .*_composable\.fsdp: "):
         fsdp2()
+
+
+def test_memory_estimates_by_hand() -> None:
+    """The estimates add what the probe builds: for a 2-block model of width 64 (P = 100096
+    parameters), DDP holds 16 P, FSDP on 2 ranks 8 P; the twin adds 8 P and AdamW over the
+    rank's share; the DDP probe keeps two DDP models (20 P each) and its buckets' replay."""
+    params = ShardedParams(hidden=64, layers=2, batch=1, seq=16)
+    p = model_size(params)
+    assert p == 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64 == 100_096
+    acts = activation_bytes(params, scores=False)
+    assert acts == 2 * 18 * 16 * 64 * 4
+    assert sharded_case_bytes(params, DDP, 2, scores=False) == 16 * p + 24 * p + 4 * p + acts
+    block = 4 * (12 * 64 * 64 + 13 * 64)
+    fsdp = 8 * p + block + 8 * p + 8 * p + 2 * block + acts
+    assert sharded_case_bytes(params, FSDP, 2, scores=False) == fsdp
+    assert ddp_case_bytes(params, scores=False) == 44 * p + acts
+    # checkpointing keeps each block's input and one block's activations
+    assert activation_bytes(params, False, checkpointed=True) == (2 * 16 * 64 + 18 * 16 * 64) * 4
+
+
+def test_what_fits_names_strategies_batch_and_checkpointing() -> None:
+    params = ShardedParams(hidden=64, layers=2, batch=4, seq=16)
+    budget = sharded_case_bytes(params, FSDP, 2, scores=False) + 1
+    fits = dict(what_fits(params, 2, False, budget))
+    assert fits[FSDP] < budget and DDP not in fits and ZERO1 not in fits
+    assert all(need <= budget for need in fits.values())
+    roomy = dict(what_fits(params, 2, False, sharded_case_bytes(params, DDP, 2, False) - 1))
+    assert "--batch 3" in roomy and "activation checkpointing" in roomy
+
+
+@pytest.mark.gloo("sharded")
+def test_a_strategy_that_does_not_fit_is_skipped_naming_what_fits(
+    tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a device that holds FSDP on 2 ranks but not DDP (the fake device memory), DDP is
+    skipped before it is built, with its need, the free memory and what fits; the run goes
+    on and the advice names FSDP."""
+    params = ShardedParams(hidden=64, layers=2, batch=1, seq=16)
+    fsdp_need = sharded_case_bytes(params, FSDP, 2, scores=True)
+    memory = int(fsdp_need / 0.9) + 4096
+    assert sharded_case_bytes(params, DDP, 2, scores=True) > 0.9 * memory
+    monkeypatch.setenv("GPUPROF_FAKE_DEVICE_MEMORY", str(memory))
+    result = gp(
+        "run", "sharded", "--gpus", "2", "--device", "cpu", "--out", tmp_path, "--no-telemetry",
+        *TINY_DDP, "--strategies", "ddp,fsdp", "--budget-ms", "50", "--min-iters", "2",
+        "--warmup", "1",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    run = open_run(tmp_path / "0001_sharded")
+    table = run.table("sharded")
+    measured = set(zip(table["case_id"], table["world_size"], strict=True))
+    assert measured == {(FSDP, 2)}
+    skipped = {(s["case_id"], s["world_size"]): s for s in run.info["skipped"]}
+    ddp = skipped[(DDP, 2)]
+    assert ddp["need_bytes"] == sharded_case_bytes(params, DDP, 2, scores=True)
+    assert ddp["free_bytes"] == memory and "does not fit" in ddp["reason"]
+    assert [FSDP, fsdp_need] in ddp["fits_instead"]
+    html = (run.path / "report.html").read_text()
+    assert "Sharded ddp n=2 did not fit" in html and "What would fit: fsdp (about" in html

@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.advice.memory import memory_findings
 from gpuprof.analysis.ddp import scaling, variants
 from gpuprof.analysis.summary import Analyzed
 
@@ -136,5 +137,6 @@ def _scaling_findings(rows: pd.DataFrame) -> list[str]:
 
 
 def findings(analyzed: Analyzed) -> list[str]:
-    """The DDP rules over a run."""
-    return ddp_findings(analyzed.summary("ddp")) if analyzed.has("ddp") else []
+    """The DDP rules over a run, and the variants that did not fit in memory."""
+    found = ddp_findings(analyzed.summary("ddp")) if analyzed.has("ddp") else []
+    return found + memory_findings(analyzed.info, "ddp", "DDP")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.advice.memory import memory_findings
 from gpuprof.analysis.sharded import largest
 from gpuprof.analysis.summary import Analyzed
 
@@ -81,6 +82,7 @@ def _pct(share: float, plus: str, minus: str) -> str:
 
 
 def findings(analyzed: Analyzed) -> list[str]:
-    """The sharded rules over a run."""
+    """The sharded rules over a run: the strategy to use, and the cases that did not fit."""
     table = "sharded"
-    return sharded_findings(analyzed.summary(table), analyzed.info) if analyzed.has(table) else []
+    found = sharded_findings(analyzed.summary(table), analyzed.info) if analyzed.has(table) else []
+    return found + memory_findings(analyzed.info, table, "Sharded")

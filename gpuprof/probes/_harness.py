@@ -30,9 +30,9 @@ import torch.distributed as dist
 
 from gpuprof.machine.env import CASE_LINES_ENV, this_host
 from gpuprof.machine.groups import GroupSpec
-from gpuprof.machine.topology import normalize_bus_id
 from gpuprof.probes._faults import raise_if_asked
 from gpuprof.probes._logs import Tee, tee_output
+from gpuprof.probes._memory import OutOfMemory, raise_oom_if_asked
 from gpuprof.probes._timing import slowdown_for, stretched, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
@@ -163,26 +163,6 @@ def attach_shard(ctx: Context, run_dir: Path, home_rank: int = 0) -> None:
     )
 
 
-def rank_info(ctx: Context) -> dict[str, Any]:
-    """This rank's identity for run.json `ranks`, its GPU named by UUID and PCI bus id."""
-    info: dict[str, Any] = {
-        "rank": ctx.rank,
-        "local_rank": ctx.local_rank,
-        "node_rank": ctx.node_rank,
-        "host": ctx.host,
-        "device": str(ctx.device),
-        "pid": os.getpid(),
-    }
-    if ctx.device.type == "cuda":
-        props = torch.cuda.get_device_properties(ctx.device)
-        info["gpu_name"] = props.name
-        info["gpu_uuid"] = str(getattr(props, "uuid", ""))
-        bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
-        if None not in bus:  # NVML's form (upper case), so it joins the NVML topology
-            info["pci_bus_id"] = normalize_bus_id(f"{bus[0]:x}:{bus[1]:x}:{bus[2]:x}.0")
-    return info
-
-
 @dataclass(frozen=True, kw_only=True)
 class Scope:
     """A group this rank measures in, with the labels its records carry."""
@@ -245,7 +225,12 @@ class Prepared:
 
 
 class Unsupported(Exception):  # noqa: N818 - a signal, not an error
-    """Raised by a case builder when the backend or device cannot run the case."""
+    """Raised by a case builder when the backend or device cannot run the case; `details`
+    (numbers such as the memory it needs) go into the skip record beside the reason."""
+
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.details = details
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,11 +313,13 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
         start_ns = time.time_ns()
         try:
             raise_if_asked(ctx.rank, probe, case.case_id)
+            raise_oom_if_asked(probe, case.case_id)
             prepared = case.build()
             with stretched(slowdown_for(probe, case.case_id)):
                 times, nwrong, series = measure(ctx, scope, prepared, budget)
-        except Unsupported as exc:
-            ctx.writer.write(skip_record(probe, case.case_id, where, str(exc)))
+        except (Unsupported, torch.OutOfMemoryError) as exc:
+            skip = exc if isinstance(exc, Unsupported) else OutOfMemory(ctx.device, exc)
+            ctx.writer.write(skip_record(probe, case.case_id, where, str(skip), **skip.details))
             return
         except Exception as exc:
             trace = traceback.format_exc()

@@ -22,11 +22,15 @@ from gpuprof.probes._harness import (
     Prepared,
     Scope,
     Series,
+    Unsupported,
+    agreed_max,
     make_scopes,
     run_cases,
 )
+from gpuprof.probes._memory import HEADROOM, device_memory
 from gpuprof.probes._timing import clock_ns
 from gpuprof.specs.ddp import ddp_scopes
+from gpuprof.units import format_size
 
 
 class Bench(Protocol):
@@ -39,12 +43,19 @@ class Bench(Protocol):
 
 
 def bench_case(
-    case_id: str, params: dict[str, Any], make: Callable[[], Bench], describe: str
+    case_id: str,
+    params: dict[str, Any],
+    make: Callable[[], Bench],
+    describe: str,
+    fits: Callable[[], None] | None = None,
 ) -> Case:
-    """A case whose build makes its bench (raising Unsupported when it cannot run here) and
-    adds what the bench learnt to the case's columns."""
+    """A case whose build makes its bench (raising Unsupported when it cannot run here, and
+    first, with `fits`, when it would not fit in memory) and adds what the bench learnt to
+    the case's columns."""
 
     def build() -> Prepared:
+        if fits is not None:
+            fits()
         bench = make()
         params.update(bench.info)
         timeline = getattr(bench, "timeline", None)
@@ -105,19 +116,56 @@ def run_weak_scaling(
     columns: Callable[[str], dict[str, Any]],
     bench: Callable[[Scope, str], Bench],
     label: str = "",
+    need: Callable[[Scope, str], int] | None = None,
+    instead: Callable[[Scope, str, float], list[tuple[str, int]]] | None = None,
 ) -> None:
     """A study at every weak-scaling world size of a job of (num_nodes, gpus_per_node): one
     rank alone, each scope, the whole job (`params.scaling`: or the whole job only). Per
     scope, a case per name of `names(largest)` with the case's `columns(name)`, its bench
-    `bench(scope, name)`, described as '<probe> <name><label> n=<ranks> (<scope>)'."""
+    `bench(scope, name)`, described as '<probe> <name><label> n=<ranks> (<scope>)'; with
+    `need(scope, name)` (bytes a rank needs), a case that would not fit is skipped first,
+    naming what would (`instead(scope, name, budget)`)."""
     specs = ddp_scopes(*job, params.scaling)
 
     def case(scope: Scope, name: str) -> Case:
         spec = scope.spec
         described = f"{probe} {name}{label} n={spec.world_size} ({spec.scope})"
-        return bench_case(name, columns(name), lambda: bench(scope, name), described)
+
+        def fits() -> None:
+            if need is not None:
+                other = None if instead is None else lambda budget: instead(scope, name, budget)
+                check_fits(ctx, scope, need(scope, name), other)
+
+        return bench_case(name, columns(name), lambda: bench(scope, name), described, fits)
 
     def cases(scope: Scope) -> list[Case]:
         return [case(scope, name) for name in names(scope.spec == specs[-1])]
 
     run_scoped(ctx, probe, params, specs, cases)
+
+
+def check_fits(
+    ctx: Context,
+    scope: Scope,
+    need_bytes: int,
+    instead: Callable[[float], list[tuple[str, int]]] | None = None,
+) -> None:
+    """Unsupported (a skip on every rank of the group, with the figures and what would fit
+    instead) when the case needs more than HEADROOM x the free memory of the group's
+    tightest rank; the ranks agree on that memory first, so all of them skip or none does."""
+    free, total = device_memory(ctx.device)
+    tightest = int(-agreed_max(ctx, -float(free), scope.group))
+    budget = HEADROOM * tightest
+    if need_bytes <= budget:
+        return
+    fits = instead(budget) if instead is not None else []
+    named = "; ".join(f"{what} (about {format_size(need)})" for what, need in fits)
+    raise Unsupported(
+        f"does not fit: needs about {format_size(need_bytes)} a rank, "
+        f"{format_size(tightest)} free on the tightest rank (of {format_size(total)})"
+        + (f"; would fit: {named}" if named else ""),
+        need_bytes=need_bytes,
+        free_bytes=tightest,
+        total_bytes=total,
+        fits_instead=[[what, need] for what, need in fits],
+    )

@@ -42,7 +42,8 @@ from gpuprof.probes._harness import (
     Unsupported,
 )
 from gpuprof.probes._training import replay, run_weak_scaling, synced_clock
-from gpuprof.specs.ddp import DDPParams, parse_variant
+from gpuprof.specs.ddp import DDPParams, ddp_case_bytes, parse_variant
+from gpuprof.specs.sharded import what_fits
 
 PROBE = "ddp"
 LOGGING_FIELDS = {  # DDP logging data (ns) -> our column (us)
@@ -292,6 +293,7 @@ class DDPBench:
 def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> None:
     """The default variant at every world size (weak scaling), every variant at the largest."""
     hidden, layers = params.shape
+    cpu = ctx.device.type == "cpu"  # the attention scores are kept (no fused kernel)
 
     def columns(variant: str) -> dict[str, Any]:
         settings = parse_variant(variant)
@@ -313,6 +315,14 @@ def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> 
         names=lambda largest: params.variants if largest else params.variants[:1],
         columns=columns,
         bench=lambda scope, variant: DDPBench(ctx, scope, params, variant),
+        need=lambda scope, variant: ddp_case_bytes(params, scores=cpu),
+        instead=lambda scope, variant, budget: what_fits(
+            params,
+            scope.spec.world_size,
+            cpu,
+            budget,
+            own=lambda model, checkpointed: ddp_case_bytes(model, cpu, checkpointed),
+        ),
     )
 
 

@@ -61,8 +61,10 @@ from gpuprof.specs.sharded import (
     ZERO1,
     ShardedParams,
     sent_bytes,
+    sharded_case_bytes,
     theory_memory,
     theory_sent,
+    what_fits,
 )
 
 PROBE = "sharded"
@@ -333,14 +335,21 @@ class ShardedBench:
     def comm_only(self) -> float:
         """The accounted step's collectives replayed alone, back to back; us."""
         if not self.replay_tensors:
+            # one buffer per distinct shape, shared by the calls that have it (FSDP gathers
+            # every block into the same shapes): the replay's contents are never read, and
+            # one buffer per call would hold a whole gathered model at once
+            buffers: dict[TensorSpec, torch.Tensor] = {}
+
+            def buffer(spec: TensorSpec) -> torch.Tensor:
+                if spec not in buffers:
+                    buffers[spec] = torch.empty(
+                        spec.shape, dtype=spec.dtype, device=self.ctx.device
+                    )
+                return buffers[spec]
+
             for call in self.accounting.calls:
                 self.replay_tensors.append(
-                    {
-                        k: torch.empty(v.shape, dtype=v.dtype, device=self.ctx.device)
-                        if isinstance(v, TensorSpec)
-                        else v
-                        for k, v in call.args.items()
-                    }
+                    {k: buffer(v) if isinstance(v, TensorSpec) else v for k, v in call.args.items()}
                 )
         return replay(
             self.ctx,
@@ -366,6 +375,7 @@ class ShardedBench:
 def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int) -> None:
     """Every strategy at every weak-scaling world size."""
     hidden, layers = params.shape
+    cpu = ctx.device.type == "cpu"  # the attention scores are kept (no fused kernel)
 
     def columns(strategy: str) -> dict[str, Any]:
         return {
@@ -385,6 +395,12 @@ def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int)
         names=lambda largest: params.strategies,
         columns=columns,
         bench=lambda scope, strategy: ShardedBench(ctx, scope, params, strategy),
+        need=lambda scope, strategy: sharded_case_bytes(
+            params, strategy, scope.spec.world_size, scores=cpu
+        ),
+        instead=lambda scope, strategy, budget: what_fits(
+            params, scope.spec.world_size, cpu, budget, strategy
+        ),
     )
 
 

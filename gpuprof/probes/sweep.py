@@ -17,16 +17,38 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from gpuprof import registry
 from gpuprof.machine import node as machine_node
 from gpuprof.machine.env import LAUNCHER_PID_ENV, captured_env
-from gpuprof.probes._harness import Context, attach_shard, init, rank_info
+from gpuprof.machine.topology import normalize_bus_id
+from gpuprof.probes._harness import Context, attach_shard, init
 from gpuprof.runs.plan import SweepPlan
 from gpuprof.runs.records import RANKS_DIR
 from gpuprof.runs.store import PLAN_JSON, RESUME_JSON, read_json, start_run, update_run_json
 from gpuprof.telemetry import sampler as telemetry
+
+
+def rank_info(ctx: Context) -> dict[str, Any]:
+    """This rank's identity for run.json `ranks`, its GPU named by UUID and PCI bus id."""
+    info: dict[str, Any] = {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "node_rank": ctx.node_rank,
+        "host": ctx.host,
+        "device": str(ctx.device),
+        "pid": os.getpid(),
+    }
+    if ctx.device.type == "cuda":
+        props = torch.cuda.get_device_properties(ctx.device)
+        info["gpu_name"] = props.name
+        info["gpu_uuid"] = str(getattr(props, "uuid", ""))
+        bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
+        if None not in bus:  # NVML's form (upper case), so it joins the NVML topology
+            info["pci_bus_id"] = normalize_bus_id(f"{bus[0]:x}:{bus[1]:x}:{bus[2]:x}.0")
+    return info
 
 
 def describe_job(

@@ -12,6 +12,10 @@ from gpuprof.machine.env import this_host
 from gpuprof.runs.store import RUN_JSON, read_json, run_events, update_run_json, utc_now
 from gpuprof.runs.tables import consolidate
 
+# what run.json keeps of a memory skip beside who, which case and why: the bytes the case
+# needed, the bytes free (of total) on the group's tightest rank, and what would fit instead
+MEMORY_FIELDS = ("world_size", "need_bytes", "free_bytes", "total_bytes", "fits_instead")
+
 
 class JobEnd(Protocol):
     """How a launched job ended, as its launcher saw it: the exit code, why (None: it exited
@@ -80,7 +84,10 @@ def finish_run(run_dir: Path, returncode: int, supervised: JobEnd | None = None)
         status=status,
         failures=failures,
         skipped=[
-            {k: s.get(k) for k in ("rank", "probe", "case_id", "scope", "reason")}
+            {
+                **{k: s.get(k) for k in ("rank", "probe", "case_id", "scope", "reason")},
+                **{k: s[k] for k in MEMORY_FIELDS if k in s},
+            }
             for s in skipped
             if s.get("group_rank") == 0
         ],

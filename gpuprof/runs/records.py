@@ -79,9 +79,13 @@ def phase_marker(probe: str, case_id: str, where: Where, event: str) -> dict[str
     }
 
 
-def skip_record(probe: str, case_id: str, where: Where, reason: str) -> dict[str, Any]:
-    """A `skip` line: the case was not measured, and why."""
-    return {"type": "skip", "probe": probe, "case_id": case_id, "reason": reason, **asdict(where)}
+def skip_record(
+    probe: str, case_id: str, where: Where, reason: str, **details: Any
+) -> dict[str, Any]:
+    """A `skip` line: the case was not measured, and why (`details`: the numbers behind the
+    reason, such as the memory a case needs and the memory free)."""
+    record = {"type": "skip", "probe": probe, "case_id": case_id, "reason": reason}
+    return {**record, **details, **asdict(where)}
 
 
 def failure_record(

@@ -101,6 +101,42 @@ class ModelParams(ProbeParams):
         return model_shape(self.model_params, self.hidden, self.layers)
 
 
+def model_size(params: ModelParams) -> int:
+    """Parameters of the synthetic transformer: its blocks and the final norm (2 h)."""
+    hidden, layers = params.shape
+    return layers * block_params(hidden) + 2 * hidden
+
+
+def activation_bytes(
+    params: ModelParams, scores: bool, element_bytes: int = 4, checkpointed: bool = False
+) -> int:
+    """What one micro-batch's forward keeps for its backward, over every block: per block
+    about 18 s b h elements (the norms' inputs and outputs, q/k/v, the attention output and
+    projection input, the MLP's 4h input and activation: counted from the block's saved
+    tensors), plus the attention scores 2 a s^2 b where the attention kernel materialises
+    them (`scores`: the math kernel, as on CPU; not the fused GPU kernels). The same
+    accounting as Korthikanti et al. 2022 (arXiv 2205.05198, eq. 1: 34 s b h + 5 a s^2 b bytes
+    in 16-bit with dropout), for this block without dropout. `checkpointed`: with activation
+    checkpointing per block, each block keeps its input and one block is recomputed at a
+    time."""
+    hidden, layers = params.shape
+    heads = max(1, hidden // 64)
+    tokens = params.batch * params.seq
+    per_block = 18 * tokens * hidden + (2 * heads * params.seq * tokens if scores else 0)
+    if checkpointed:
+        return (layers * tokens * hidden + per_block) * element_bytes
+    return layers * per_block * element_bytes
+
+
+def ddp_case_bytes(params: ModelParams, scores: bool, checkpointed: bool = False) -> int:
+    """Memory one rank needs for a DDP case: the DDP model and its no-op-hook twin, each with
+    fp32 parameters, gradients, AdamW state (2 per parameter) and DDP's flat bucket copy of
+    the gradients (5 x 4 bytes a parameter); the replayed buckets (4 bytes a parameter); one
+    micro-batch's activations."""
+    p = model_size(params)
+    return 2 * 20 * p + 4 * p + activation_bytes(params, scores, checkpointed=checkpointed)
+
+
 @dataclass(frozen=True, kw_only=True)
 class DDPParams(ModelParams):
     """The DDP micro-benchmark: each variant's steps on the synthetic transformer."""

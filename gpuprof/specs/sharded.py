@@ -16,11 +16,19 @@ The theory (per rank, per step; P parameters, n ranks; docs/methodology.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuprof.params import ProbeParams, check_choices, csv
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
-from gpuprof.specs.ddp import MODEL_OPTIONS, ModelParams, ddp_scopes
+from gpuprof.specs.ddp import (
+    MODEL_OPTIONS,
+    ModelParams,
+    activation_bytes,
+    block_params,
+    ddp_scopes,
+    model_size,
+)
 
 # the strategy that shards nothing is the DDP baseline (spelled here once: the registry's rule
 # keeps a probe's quoted name to its own modules, and this is a strategy, not the probe)
@@ -68,6 +76,59 @@ def theory_memory(strategy: str, n: int, num_params: int) -> float:
     if strategy == ZERO1:
         return 8 * p + 8 * p / n
     return 16 * p / n
+
+
+def sharded_case_bytes(
+    params: ModelParams, strategy: str, n: int, scores: bool, checkpointed: bool = False
+) -> int:
+    """Memory one rank needs for a case: what the strategy holds between steps
+    (`theory_memory`), FSDP's gathered parameters (one block while resharding, all of them
+    without), the communication-free twin (the full model's fp32 parameters and gradients,
+    and AdamW over what this rank's optimizer holds), the replayed collectives' buffers (one
+    per distinct shape: a block's worth) and one micro-batch's activations."""
+    p = model_size(params)
+    block = 4 * block_params(params.shape[0])
+    held = theory_memory(strategy, n, p)
+    gathered = 0 if strategy in (DDP, ZERO1) else block if strategy != FSDP_NORESHARD else 4 * p
+    shard = p if strategy == DDP else p / n
+    twin = 8 * p + 16 * shard
+    replay = {DDP: 4 * p, ZERO1: 4 * p + block}.get(strategy, 2 * block)
+    acts = activation_bytes(params, scores, checkpointed=checkpointed)
+    return int(held + gathered + twin + replay + acts)
+
+
+def what_fits(
+    params: ModelParams,
+    n: int,
+    scores: bool,
+    budget: float,
+    strategy: str | None = None,
+    own: Callable[[ModelParams, bool], int] | None = None,
+) -> list[tuple[str, int]]:
+    """What would fit in `budget` bytes a rank when a case does not, with the bytes each
+    needs: the sharding strategies other than `strategy` (None: the DDP probe's case, plain
+    DDP), and for the case itself (`own(params, checkpointed)`, default this module's
+    estimate of `strategy`) the largest smaller batch per rank and activation checkpointing.
+    Empty when nothing does."""
+    current = strategy or DDP
+
+    def size(model: ModelParams, checkpointed: bool = False) -> int:
+        if own is not None:
+            return own(model, checkpointed)
+        return sharded_case_bytes(model, current, n, scores, checkpointed)
+
+    found = [
+        (other, need)
+        for other in STRATEGIES
+        if other != current and (need := sharded_case_bytes(params, other, n, scores)) <= budget
+    ]
+    for batch in range(params.batch - 1, 0, -1):
+        if (need := size(replace(params, batch=batch))) <= budget:
+            found.append((f"--batch {batch}", need))
+            break
+    if (need := size(params, checkpointed=True)) <= budget:
+        found.append(("activation checkpointing", need))
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
