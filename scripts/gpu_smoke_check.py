@@ -1,7 +1,8 @@
 """Check the runs scripts/gpu-smoke.sh made against what the hardware should reach; print one
-line per check (ok / CHECK / n/a) and a verdict; keep the one-GPU run as golden data.
+line per check (ok / CHECK / n/a) and a verdict; keep a one-GPU ci run (else the first run)
+as golden data in OUT.
 
-    python scripts/gpu_smoke_check.py OUT
+    python scripts/gpu_smoke_check.py OUT [MORE_RUN_FOLDERS...]
 """
 
 from __future__ import annotations
@@ -107,14 +108,21 @@ def keep_golden(run: Run, out: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0] if argv else "reports/gpu-smoke")
-    runs = [open_run(p) for p in sorted(out.iterdir()) if (p / "run.json").is_file()]
+    folders = [Path(a) for a in argv] or [Path("reports/gpu-smoke")]
+    out = folders[0]
+    runs = [
+        open_run(p)
+        for folder in folders
+        if folder.is_dir()
+        for p in sorted(folder.iterdir())
+        if (p / "run.json").is_file()
+    ]
     if not runs:
-        print(f"gpu-smoke: no runs under {out}", file=sys.stderr)
+        print(f"gpu-smoke: no runs under {', '.join(map(str, folders))}", file=sys.stderr)
         return 2
     results = [check_run(run) for run in runs]  # every run checked, even after a failure
     good = all(results)
-    one = next((r for r in runs if r.path.name.endswith("one-gpu")), runs[0])
+    one = next((r for r in runs if r.path.name.endswith(("_ci", "one-gpu"))), runs[0])
     golden = keep_golden(one, out)
     print(f"golden data: {golden} (commit it as tests/data/{golden.name.removeprefix('golden-')})")
     print("verdict: " + ("every check passed" if good else "some checks need a look (CHECK)"))

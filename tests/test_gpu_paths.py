@@ -5,6 +5,7 @@ Each test names the defect it guards against; each failed on the code before the
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -348,3 +349,34 @@ def test_gpu_smoke_checker_reads_a_run_and_keeps_golden_data(
     assert "not a GPU run" in done.stdout and "verdict: every check passed" in done.stdout
     golden = tmp_path / "golden-gpu"
     assert (golden / "run.json").is_file() and not list(golden.glob("*.parquet"))
+
+
+def test_gpu_smoke_runs_every_step_and_lists_each_in_its_verdict(tmp_path: Path) -> None:
+    """The smoke script with a stand-in `gpuprof` whose standard sweep fails: every later
+    step still runs (the ci suite, the baseline, the check), and the verdict lists each
+    step with its result; the exit status says one failed."""
+    calls = tmp_path / "calls.txt"
+    stub = tmp_path / "gpuprof"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in *"--suite standard"*) echo "boom" >&2; exit 3;; esac\n'
+    )
+    stub.chmod(0o755)
+    out = tmp_path / "smoke"
+    env = {**os.environ, "GPUPROF": str(stub), "GPU_SMOKE_GPUS": "2", "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-smoke.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    ran = calls.read_text().splitlines()
+    assert [line.split()[0] for line in ran[:5]] == ["env", "sweep", "sweep", "baseline", "check"]
+    verdict = done.stdout[done.stdout.index("gpu-smoke verdict:") :].splitlines()
+    assert "  FAILED standard suite on 2 GPU(s) (exit 3)" in verdict
+    assert any(line.strip() == "ok     environment" for line in verdict)
+    assert any("checks against the hardware (exit 2)" in line for line in verdict)  # no runs
+    assert (out / "gpu-smoke.log").read_text().count("== gpu-smoke:") == len(verdict) - 2
