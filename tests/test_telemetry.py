@@ -13,9 +13,10 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.health import attribute, case_windows, node_series
+from gpuprof.machine.clocks import decode_reasons
 from gpuprof.machine.fake_nvml import FakeNVML
 from gpuprof.telemetry import sampler
-from gpuprof.telemetry.nvml import GpuSampler, counter_delta, decode_reasons
+from gpuprof.telemetry.nvml import GpuSampler, counter_delta
 from tests.conftest import Gp
 
 
@@ -53,6 +54,69 @@ def test_fake_gpus_missing_throttled_and_wrapping() -> None:
     assert decode_reasons(second[1]["clock_reasons"]) == ["hw_thermal"]
     assert second[2]["power_w"] is None and second[2]["ecc_uncorrected"] is None
     assert second[2]["gpu_util_pct"] == 50.0  # the rest of that GPU still sampled
+
+
+# (clock event reasons, SM clock or None for the fake's own, expected flags): the bits as
+# nvml.h documents them (group nvmlClocksEventReasons); the fake halves the clock for the three
+# that nvml.h says reduce it "by a factor of 2 or more"
+REASON_CASES = [
+    (0x0, None, {"power_capped": False, "slowdown": False, "throttled": False}),
+    (0x1 | 0x2, 210, {"clock_low": False, "throttled": False}),  # GpuIdle: low clock is idle
+    (0x2, None, {"throttled": False}),  # ApplicationsClocksSetting
+    (0x4, 1755, {"power_capped": True, "slowdown": False, "throttled": False}),  # SwPowerCap
+    (0x4, 900, {"power_capped": True, "clock_low": True, "throttled": True}),  # capped to <50%
+    (0x8, None, {"slowdown": True, "clock_low": True, "throttled": True}),  # HwSlowdown
+    (0x10, None, {"throttled": False}),  # SyncBoost
+    (0x20, 1600, {"slowdown": True, "clock_low": False, "throttled": True}),  # SwThermal
+    (0x40, None, {"slowdown": True, "throttled": True}),  # HwThermalSlowdown
+    (0x80, None, {"slowdown": True, "throttled": True}),  # HwPowerBrakeSlowdown
+    (0x100, None, {"throttled": False}),  # DisplayClockSetting
+]
+
+
+@pytest.mark.parametrize(("reasons", "sm_mhz", "expected"), REASON_CASES)
+def test_each_clock_event_reason_is_kept_apart(
+    reasons: int, sm_mhz: int | None, expected: dict[str, bool]
+) -> None:
+    """Power capping is recorded, not held against a case; a slowdown reason or a busy clock
+    under half the applications clock makes the sample untrusted (`throttled`)."""
+    nvml = FakeNVML.dgx(1)
+    nvml.gpus[0].clock_reasons, nvml.gpus[0].sm_clock_mhz = reasons, sm_mhz
+    (row,) = GpuSampler(nvml).sample(0)
+    assert {key: row[key] for key in expected} == expected
+    assert row["app_clock_mhz"] == 1980 and row["clock_reasons"] == reasons
+    if reasons in (0x8, 0x40, 0x80):
+        assert row["sm_clock_mhz"] == 990  # "by a factor of 2 or more"
+
+
+def test_without_applications_clocks_the_maximum_clock_serves() -> None:
+    nvml = FakeNVML.dgx(1)
+    nvml.gpus[0].unsupported = {"nvmlDeviceGetApplicationsClock"}
+    nvml.gpus[0].max_clock_mhz, nvml.gpus[0].sm_clock_mhz = 1410, 600
+    nvml.gpus[0].clock_reasons = 0x4
+    (row,) = GpuSampler(nvml).sample(0)
+    assert row["app_clock_mhz"] == 1410 and row["clock_low"] is True and row["throttled"]
+
+
+def test_a_power_capped_case_is_shown_not_untrusted() -> None:
+    """Attribution: a case whose GPU sat at its power limit has its share of capped samples
+    and clocks, and stays trusted; one with a thermal slowdown is not."""
+    nvml = FakeNVML.dgx(2)
+    nvml.gpus[0].clock_reasons, nvml.gpus[0].sm_clock_mhz = 0x4, 1700
+    gpus = GpuSampler(nvml)
+    rows = [{**r, "t_ns": t, "host": "h"} for t in range(10) for r in gpus.sample(t)]
+    capped = pd.DataFrame([r for r in rows if r["source"] == "gpu0"])
+    window = pd.DataFrame(
+        [{"probe": "compute", "case_id": "bf16", "scope": "single", "host": "h", "start_ns": 0,
+          "end_ns": 9, "duration_s": 1.0, "expected_tx_bytes": np.nan}]
+    )  # fmt: skip
+    (case,) = attribute(window, capped).to_dict("records")
+    assert case["power_capped_pct"] == 100.0 and case["throttled"] is False
+    assert case["sm_clock_mhz"] == 1700 and case["app_clock_mhz"] == 1980
+    nvml.gpus[1].clock_reasons = 0x20
+    hot = pd.DataFrame([{**r, "t_ns": t, "host": "h"} for t in range(10) for r in gpus.sample(t)])
+    (case,) = attribute(window, hot[hot["source"] == "gpu1"]).to_dict("records")
+    assert case["throttled"] is True and case["clock_reasons_seen"] == "sw_thermal"
 
 
 def test_without_nvml_the_sampler_samples_the_host(

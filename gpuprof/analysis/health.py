@@ -13,10 +13,13 @@ bytes the host's NICs sent with the bytes the collective had to send from that h
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from gpuprof.analysis import require_columns
+from gpuprof.machine.clocks import decode_reasons
 
 # what identifies a case window (a case of one group, on one host)
 CASE_KEYS = ["probe", "case_id", "scope", "world_size", "group", "host"]
@@ -113,6 +116,27 @@ def _interp_bytes(net: pd.DataFrame, host: str, start: int, end: int) -> float:
     return total
 
 
+def _flag(samples: pd.DataFrame, column: str) -> pd.Series:
+    if column not in samples.columns:
+        return pd.Series(False, index=samples.index)
+    return samples[column].astype("boolean").fillna(False).astype(bool)
+
+
+def _clock_state(samples: pd.DataFrame) -> dict[str, Any]:
+    """A case's clocks from its GPU samples: `throttled` if any sample had a slowdown reason
+    or a busy clock under the floor (the case cannot be trusted), the reasons seen, and the
+    share of samples at the power limit (shown, not held against the case)."""
+    reasons = samples["clock_reasons"].dropna() if "clock_reasons" in samples else pd.Series([])
+    seen = sorted({name for mask in reasons for name in decode_reasons(int(mask))})
+    capped = _flag(samples, "power_capped")
+    return {
+        "throttled": bool(_flag(samples, "throttled").any()),
+        "clock_reasons_seen": ",".join(r for r in seen if r != "sw_power_cap"),
+        "clock_low": bool(_flag(samples, "clock_low").any()),
+        "power_capped_pct": 100.0 * float(capped.mean()) if len(capped) else np.nan,
+    }
+
+
 def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
     """Each case window with the host's mean GPU utilization, power, NVLink and NIC
     throughput, sent bytes, the ratio to what the case had to send, and `throttled`."""
@@ -136,14 +160,14 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
             ("power_w", "sum"),
             ("nvlink_tx_gbps", "sum"),
             ("sm_clock_mhz", "mean"),
+            ("app_clock_mhz", "mean"),
         ):
             if column in inside.columns and inside[column].notna().any():
                 per_sample = inside.groupby("t_ns")[column]
                 row[column] = float(getattr(per_sample, how)().mean())
             else:
                 row[column] = np.nan  # missing, never zero
-        throttled = inside["throttled"] if "throttled" in inside.columns else pd.Series([])
-        row["throttled"] = bool(throttled.fillna(False).astype(bool).any())
+        row.update(_clock_state(inside))
         out.append(row)
     frame = pd.DataFrame(out)
     if not frame.empty:

@@ -26,7 +26,8 @@ LABELS = {
 EXPLAIN = {
     "regression": "worse beyond its threshold, and significant against the iteration noise",
     "wrong": "the candidate counted wrong elements",
-    "untrusted": "the GPU was throttled during the candidate's case, not the baseline's",
+    "untrusted": "a GPU was slowed (hardware or thermal slowdown, power brake, or a clock under "
+    "half its applications clock) during the candidate's case, not the baseline's",
     "missing": "the baseline has this case, the candidate does not",
     "inconclusive": "moved beyond the minimum effect, but not beyond the noise",
     "improvement": "better beyond its threshold, and significant",

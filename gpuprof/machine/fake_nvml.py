@@ -12,6 +12,17 @@ It models what nvml.h documents where gpuprof depends on it, so tests run the re
 - NVML lists every GPU of the machine, whatever CUDA_VISIBLE_DEVICES says.
 - An older nvidia-ml-py lacks newer functions (`missing`: AttributeError, as a module would);
   a device that does not support a query raises NVMLError_NotSupported.
+- Clocks: nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo / nvmlDeviceGetApplicationsClock
+  take an nvmlClockType_t (NVML_CLOCK_GRAPHICS 0, NVML_CLOCK_SM 1, NVML_CLOCK_MEM 2) and
+  answer MHz; applications clocks are "the current setting of a clock that applications will
+  use unless an overspec situation occurs" (nvml.h), not supported on every device.
+- Clock event reasons (nvmlDeviceGetCurrentClocksEventReasons, and its deprecated Throttle
+  name): a bitmask of nvml.h's nvmlClocksEventReasons, the device's `clock_reasons` as set:
+  GpuIdle 0x1, ApplicationsClocksSetting 0x2, SwPowerCap 0x4, HwSlowdown 0x8, SyncBoost 0x10,
+  SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80,
+  DisplayClockSetting 0x100. nvml.h says HwSlowdown, HwThermalSlowdown and
+  HwPowerBrakeSlowdown reduce the core clocks "by a factor of 2 or more": a device given one
+  of them and no explicit `sm_clock_mhz` runs at half its applications clock.
 
 Presets (`FakeNVML.preset(name)`, or `GPUPROF_FAKE_NVML=<name>` for any gpuprof command):
 `hgx-h100` (8 x H100 SXM on 4 NVSwitches), `a100-pcie-bridged` (8 x A100 80GB PCIe, NVLink
@@ -40,6 +51,9 @@ NVML_P2P_STATUS_OK = 0
 NVML_P2P_STATUS_NOT_SUPPORTED = 5
 NVML_ERROR_NOT_SUPPORTED = 3
 UINT_MAX = 0xFFFFFFFF
+# nvmlClocksEventReasons that reduce the core clocks "by a factor of 2 or more" (nvml.h):
+# HwSlowdown 0x8, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80
+HW_FACTOR_OF_TWO = 0x8 | 0x40 | 0x80
 
 
 class NVMLError(Exception):
@@ -66,8 +80,10 @@ class FakeGpu:
     util_pct: int = 50
     power_mw: int = 400_000
     temperature_c: int = 55
-    sm_clock_mhz: int = 1980
+    sm_clock_mhz: int | None = None  # None: the applications clock, halved under a HW slowdown
     mem_clock_mhz: int = 2619
+    app_clock_mhz: int = 1980  # NVML_CLOCK_SM applications clock (H100 SXM: 1980 MHz)
+    max_clock_mhz: int = 1980
     clock_reasons: int = 0
     pcie_kbps: int = 1_000_000
     nvlink_kib_per_s: float = 5e6  # per active link, each way (~5 GB/s)
@@ -318,8 +334,24 @@ class FakeNVML:
         return gpu.temperature_c
 
     def nvmlDeviceGetClockInfo(self, gpu: FakeGpu, clock: int) -> int:  # noqa: N802
+        """The current clock (MHz) of an nvmlClockType_t."""
         self._check(gpu, "nvmlDeviceGetClockInfo")
-        return gpu.sm_clock_mhz if clock == 1 else gpu.mem_clock_mhz
+        if clock == 2:  # NVML_CLOCK_MEM
+            return gpu.mem_clock_mhz
+        if gpu.sm_clock_mhz is not None:
+            return gpu.sm_clock_mhz
+        halved = gpu.clock_reasons & HW_FACTOR_OF_TWO  # "by a factor of 2 or more"
+        return gpu.app_clock_mhz // 2 if halved else gpu.app_clock_mhz
+
+    def nvmlDeviceGetApplicationsClock(self, gpu: FakeGpu, clock: int) -> int:  # noqa: N802
+        """The applications clock (MHz) of an nvmlClockType_t (SM and graphics alike here)."""
+        self._check(gpu, "nvmlDeviceGetApplicationsClock")
+        return gpu.mem_clock_mhz if clock == 2 else gpu.app_clock_mhz
+
+    def nvmlDeviceGetMaxClockInfo(self, gpu: FakeGpu, clock: int) -> int:  # noqa: N802
+        """The maximum clock (MHz) of an nvmlClockType_t."""
+        self._check(gpu, "nvmlDeviceGetMaxClockInfo")
+        return gpu.mem_clock_mhz if clock == 2 else gpu.max_clock_mhz
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: FakeGpu) -> int:  # noqa: N802
         self._check(gpu, "nvmlDeviceGetCurrentClocksEventReasons")

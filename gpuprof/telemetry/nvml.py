@@ -16,17 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gpuprof.machine.clocks import NVML_CLOCK_SM, clock_flags
 from gpuprof.machine.topology import normalize_bus_id
 
-# clock event reasons that mean the GPU was slowed (the others: idle, app clocks, sync boost)
-THROTTLE_REASONS = {
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-}
-THROTTLE_MASK = sum(THROTTLE_REASONS)
 NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB
 ALL_LINKS = 0xFFFFFFFF  # scopeId UINT_MAX: the sum over every NVLink of the GPU
 
@@ -35,13 +27,6 @@ def counter_delta(previous: int, current: int, bits: int = 64) -> int:
     """current - previous for an unsigned counter that may have wrapped once."""
     delta = current - previous
     return delta + (1 << bits) if delta < 0 else delta
-
-
-def decode_reasons(reasons: int | None) -> list[str]:
-    """Names of the throttling reasons set in a clock-event bitmask."""
-    if not reasons:
-        return []
-    return [name for bit, name in THROTTLE_REASONS.items() if reasons & bit]
 
 
 class GpuSampler:
@@ -86,6 +71,14 @@ class GpuSampler:
             return None
         return counter_delta(prev[0], value) * scale / ((t_ns - prev[1]) / 1e9)
 
+    def _app_clock(self, handle: Any) -> int | None:
+        """The SM clock applications run at (nvmlDeviceGetApplicationsClock), else the
+        maximum (nvmlDeviceGetMaxClockInfo) where applications clocks are not supported."""
+        found = self._get("nvmlDeviceGetApplicationsClock", handle, NVML_CLOCK_SM)
+        if found is None:
+            found = self._get("nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_SM)
+        return found  # type: ignore[no-any-return]
+
     def _fields(self, handle: Any) -> tuple[int | None, int | None]:
         fields = [(NVLINK_TX, ALL_LINKS), (NVLINK_RX, ALL_LINKS)]
         values = self._get("nvmlDeviceGetFieldValues", handle, fields)
@@ -103,6 +96,8 @@ class GpuSampler:
             power = self._get("nvmlDeviceGetPowerUsage", h)
             energy = self._get("nvmlDeviceGetTotalEnergyConsumption", h)
             reasons = self._reasons(h)
+            sm_clock = self._get("nvmlDeviceGetClockInfo", h, NVML_CLOCK_SM)
+            app_clock = self._app_clock(h)
             pcie_tx = self._get("nvmlDeviceGetPcieThroughput", h, 0)
             pcie_rx = self._get("nvmlDeviceGetPcieThroughput", h, 1)
             nvl_tx, nvl_rx = self._fields(h)
@@ -117,10 +112,11 @@ class GpuSampler:
                     "energy_j": None if energy is None else energy / 1e3,
                     "power_from_energy_w": self._rate(i, "energy", energy, t_ns, 1e-3),
                     "temperature_c": self._get("nvmlDeviceGetTemperature", h, 0),
-                    "sm_clock_mhz": self._get("nvmlDeviceGetClockInfo", h, 1),
+                    "sm_clock_mhz": sm_clock,
+                    "app_clock_mhz": app_clock,
                     "mem_clock_mhz": self._get("nvmlDeviceGetClockInfo", h, 2),
                     "clock_reasons": reasons,
-                    "throttled": None if reasons is None else bool(reasons & THROTTLE_MASK),
+                    **clock_flags(reasons, sm_clock, app_clock),
                     "pcie_tx_gbps": None if pcie_tx is None else pcie_tx * 1e3 / 1e9,  # KB/s
                     "pcie_rx_gbps": None if pcie_rx is None else pcie_rx * 1e3 / 1e9,
                     "nvlink_tx_bytes": None if nvl_tx is None else nvl_tx * 1024,
