@@ -1,19 +1,28 @@
-"""False-alarm and detection rates of `gpuprof check`, measured on this machine.
+"""False-alarm and detection rates of `gpuprof check`, both modes, measured on this machine.
 
-    python benchmarks/gate_rates.py --out /tmp/gate [--baseline-runs 10] [--checks 20]
-        [--factors 1.0,1.2,1.1] [--checks-at 1.1=10] [--device cpu]
+    python benchmarks/gate_rates.py --out /tmp/gate [--checks 60] [--device cpu]
+        [--scenarios stored-same,stored-probe,stored-uniform,ab-same,ab-real]
+        [--baseline-runs 10] [--report-only]
 
-1. A baseline from `--baseline-runs` separate runs of the ci suite (`gpuprof sweep --suite ci
-   --repeats K`, then `gpuprof baseline`).
-2. For each factor, `--checks` literal `gpuprof check --baseline base.json` runs, each measuring
-   the ci suite anew; a factor above 1 sets the test-only fault hook GPUPROF_FAULT_SLOW, which
-   makes every case's timed region take that many times as long.
-3. Prints, per factor, how many checks exited 0 / 1 / other, the cases they flagged, the ci
-   suite's wall time, and the baseline's between-run spread per case.
+Stored baseline (`gpuprof check --baseline`, the machine-wide factor removed):
+1. a baseline from `--baseline-runs` separate runs of the ci suite;
+2. `stored-same`: checks of unchanged code (false alarms: exit 1);
+3. `stored-probe`: every check with the test-only fault hook GPUPROF_FAULT_SLOW=1.2:memory/*
+   (the memory probe's timed regions 1.20x as long): detection, and the cases named;
+4. `stored-uniform`: GPUPROF_FAULT_SLOW=1.2 (every case 1.20x): how often a machine shift is
+   reported, and how often cases are named anyway.
+A/B in the same window (`gpuprof check --reference-python`, this interpreter on both sides):
+5. `ab-same`: nothing differs (false alarms);
+6. `ab-real`: the candidate runs with ATEN_CPU_CAPABILITY=default, a real environment setting:
+   ATen's vectorized CPU kernels fall back to their scalar versions (the host memory copy
+   about 1.2x slower, the DDP step's elementwise work 1.1x-2.4x, the matmuls, done by MKL,
+   unchanged). Every case's true ratio is taken from all the checks' pairs pooled; a check
+   detects when it names both memory cases, and names exactly when it names no case whose
+   pooled ratio is under the minimum effect.
 
-Factor 1.0 measures false alarms (goal: at most 1 of 20 exit 1); 1.2 and 1.1 detection (goal
-at 1.2: at least 19 of 20 exit 1). Everything each check measured stays under --out, so its
-verdicts can be read again (`gpuprof check --run`).
+Every check's JSON is kept under --out/<scenario>/; a rerun continues where it stopped, and
+--report-only prints the figures of what is there. Prints, per scenario, exit codes, the cases
+named and how often, and the checks' wall time (median, worst).
 """
 
 from __future__ import annotations
@@ -26,10 +35,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 GPUPROF = [sys.executable, "-m", "gpuprof"]
+SCENARIOS = ("stored-same", "stored-probe", "stored-uniform", "ab-same", "ab-real")
+SLOWED_PROBE = "memory"
+REAL_ENV = "ATEN_CPU_CAPABILITY=default"
 
 
 def sh(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -40,124 +53,158 @@ def make_baseline(out: Path, runs: int, device: str) -> Path:
     base = out / "base.json"
     if base.exists():
         return base
-    started = time.monotonic()
-    done = sh(
-        [
-            *GPUPROF,
-            "sweep",
-            "--suite",
-            "ci",
-            "--device",
-            device,
-            "--repeats",
-            str(runs),
-            "--out",
-            str(out / "base"),
-            "--tag",
-            "base",
-            "--no-report",
-        ]
-    )
+    args = ["sweep", "--suite", "ci", "--device", device, "--repeats", str(runs)]
+    done = sh([*GPUPROF, *args, "--out", str(out / "base"), "--tag", "base", "--no-report"])
     if done.returncode != 0:
         sys.exit(f"baseline sweep failed: {done.stderr[-2000:]}")
     folders = sorted(str(p) for p in (out / "base").iterdir() if p.is_dir())
     made = sh([*GPUPROF, "baseline", *folders, "-o", str(base)])
     if made.returncode != 0:
         sys.exit(f"gpuprof baseline failed: {made.stderr}")
-    print(f"baseline: {runs} runs in {time.monotonic() - started:.0f} s -> {base}", flush=True)
     return base
 
 
-def spreads(base: Path) -> list[tuple[str, str, float]]:
-    """(case, metric, between-run spread in %) from the baseline's per-run medians."""
-    data = json.loads(base.read_text())
-    out = []
-    for case in data["cases"]:
-        logs = [math.log(v) for v in case["medians"] if v > 0]
-        if len(logs) > 1:
-            out.append((case["case"], case["metric"], 100 * statistics.stdev(logs)))
-    return out
+def command(
+    scenario: str, base: Path, folder: Path, device: str
+) -> tuple[list[str], dict[str, str]]:
+    """The check a scenario runs, and its environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROF_FAULT")}
+    if scenario.startswith("stored"):
+        args = ["check", "--baseline", str(base), "--device", device]
+        if scenario == "stored-probe":
+            env["GPUPROF_FAULT_SLOW"] = f"1.2:{SLOWED_PROBE}/*"
+        elif scenario == "stored-uniform":
+            env["GPUPROF_FAULT_SLOW"] = "1.2"
+    else:
+        args = ["check", "--reference-python", sys.executable, "--device", device]
+        if scenario == "ab-real":
+            args += ["--env", REAL_ENV]
+    return [*GPUPROF, *args, "--out", str(folder / "runs"), "--format", "json"], env
 
 
-def run_checks(out: Path, base: Path, factor: float, count: int, device: str) -> dict[str, object]:
-    env = dict(os.environ)
-    env.pop("GPUPROF_FAULT_SLOW", None)
-    if factor != 1.0:
-        env["GPUPROF_FAULT_SLOW"] = str(factor)
-    folder = out / f"x{factor}"
-    codes: Counter[int] = Counter()
-    flagged: Counter[str] = Counter()
-    walls = []
+def run_checks(scenario: str, base: Path, out: Path, count: int, device: str) -> None:
+    folder = out / scenario
+    folder.mkdir(parents=True, exist_ok=True)
     for i in range(count):
-        started = time.monotonic()
-        done = sh(
-            [
-                *GPUPROF,
-                "check",
-                "--baseline",
-                str(base),
-                "--device",
-                device,
-                "--out",
-                str(folder),
-                "--format",
-                "json",
-            ],
-            env=env,
-        )
-        walls.append(time.monotonic() - started)
-        codes[done.returncode] += 1
-        (folder / f"check-{i + 1:02d}.json").write_text(done.stdout)
-        confirmed = "measuring once more" in done.stderr
-        try:
-            verdicts = json.loads(done.stdout)["cases"]
-        except (json.JSONDecodeError, KeyError):
-            print(f"  check {i}: exit {done.returncode}: {done.stderr.strip()[-300:]}", flush=True)
+        target = folder / f"check-{i + 1:03d}.json"
+        if target.exists():
             continue
-        bad = [f"{c['case']} [{c['metric']}]" for c in verdicts if c["verdict"] == "regression"]
-        flagged.update(bad)
-        print(
-            f"  x{factor} check {i + 1}/{count}: exit {done.returncode}, {len(bad)} regressions"
-            f" of {len(verdicts)}{' (after a confirming run)' if confirmed else ''}, "
-            f"{walls[-1]:.0f} s",
-            flush=True,
+        argv, env = command(scenario, base, folder, device)
+        started = time.monotonic()
+        done = sh(argv, env=env)
+        wall = time.monotonic() - started
+        try:
+            data = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            data = {"cases": [], "error": done.stderr.strip()[-500:]}
+        data.update(exit=done.returncode, wall_s=wall, confirmed="once more" in done.stderr)
+        target.write_text(json.dumps(data))
+        named = sum(c["verdict"] == "regression" for c in data.get("cases", []))
+        print(f"  {scenario} {i + 1}/{count}: exit {done.returncode}, {named} named, {wall:.0f} s",
+              flush=True)  # fmt: skip
+
+
+def load(out: Path, scenario: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((out / scenario).glob("check-*.json"))]
+
+
+def named(check: dict[str, Any]) -> set[str]:
+    return {
+        f"{c['case']} [{c['metric']}]"
+        for c in check.get("cases", [])
+        if c["verdict"] == "regression"
+    }
+
+
+def summary(scenario: str, checks: list[dict[str, Any]]) -> None:
+    codes = Counter(c["exit"] for c in checks)
+    walls = [c["wall_s"] for c in checks]
+    flagged: Counter[str] = Counter(n for c in checks for n in named(c))
+    print(f"\n{scenario}: {len(checks)} checks; exit codes {dict(sorted(codes.items()))}; "
+          f"wall median {statistics.median(walls):.0f} s, worst {max(walls):.0f} s")  # fmt: skip
+    if scenario.startswith("stored"):
+        shifts = Counter((c.get("machine") or {}).get("verdict") for c in checks)
+        print(f"  machine factor verdicts: {dict(shifts)}")
+    if scenario == "stored-probe":
+        hit = sum(any(n.startswith(SLOWED_PROBE) for n in named(c)) for c in checks)
+        exact = sum(
+            bool(named(c)) and all(n.startswith(SLOWED_PROBE) for n in named(c)) for c in checks
         )
-    return {"codes": codes, "flagged": flagged, "walls": walls}
+        print(f"  detected (a {SLOWED_PROBE} case named): {hit}/{len(checks)}; "
+              f"only {SLOWED_PROBE} cases named: {exact}/{len(checks)}")  # fmt: skip
+    if scenario.startswith("ab"):
+        pairs = Counter(c.get("pairs") for c in checks)
+        print(f"  pairs used: {dict(sorted(pairs.items()))}")
+    for name, times in flagged.most_common(15):
+        print(f"  named {times:3d}/{len(checks)}: {name}")
+
+
+def true_ratios(checks: list[dict[str, Any]]) -> dict[str, float]:
+    """Every case's candidate/reference ratio over all the checks' pairs (geometric mean of
+    the checks' ratios, each weighted by its pairs): the truth the checks are scored on."""
+    logs: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for check in checks:
+        for c in check.get("cases", []):
+            if c.get("ratio") and c.get("pairs"):
+                logs[f"{c['case']} [{c['metric']}]"].append((math.log(c["ratio"]), c["pairs"]))
+    return {
+        k: math.exp(sum(v * n for v, n in rows) / sum(n for _, n in rows))
+        for k, rows in logs.items()
+    }
+
+
+def score_real(checks: list[dict[str, Any]]) -> None:
+    truth = true_ratios(checks)
+    worse = {}
+    for check in checks[:1]:
+        for c in check.get("cases", []):
+            key = f"{c['case']} [{c['metric']}]"
+            if key in truth:
+                worse[key] = truth[key] if c["better"] == "lower" else 1 / truth[key]
+    print("\n  pooled slowdown per case (candidate against reference, worse > 1):")
+    for key, factor in sorted(worse.items(), key=lambda kv: -kv[1]):
+        rate = sum(key in named(c) for c in checks)
+        print(f"    {factor:5.2f}x  named {rate:3d}/{len(checks)}  {key}")
+    memory = {k for k in worse if k.startswith(SLOWED_PROBE)}
+    unaffected = {k for k, f in worse.items() if f < 1.05}
+    detected = sum(memory <= named(c) for c in checks)
+    exact = sum(not (named(c) & unaffected) for c in checks)
+    print(f"  1.2x memory cases both named: {detected}/{len(checks)}; no case under the minimum "
+          f"effect named: {exact}/{len(checks)}")  # fmt: skip
+    for lo, hi in ((1.05, 1.15), (1.15, 1.3), (1.3, 9.0)):
+        band = [k for k, f in worse.items() if lo <= f < hi]
+        if band:
+            hits = sum(sum(k in named(c) for k in band) for c in checks)
+            share = hits / (len(band) * len(checks))
+            print(f"  cases {lo}-{hi}x ({len(band)}): named in {share:.0%} of checks")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--baseline-runs", type=int, default=10)
-    parser.add_argument("--checks", type=int, default=20)
-    parser.add_argument("--factors", default="1.0,1.2,1.1")
-    parser.add_argument("--checks-at", default="", help="FACTOR=N,...: other check counts")
+    parser.add_argument("--checks", type=int, default=60)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    base = make_baseline(args.out, args.baseline_runs, args.device)
-    results = {}
-    counts = {float(k): int(v) for k, v in (p.split("=") for p in args.checks_at.split(",") if p)}
-    for factor in (float(f) for f in args.factors.split(",")):
-        count = counts.get(factor, args.checks)
-        results[factor] = run_checks(args.out, base, factor, count, args.device)
-
-    print("\nbetween-run spread of the baseline's medians (std of log, %):")
-    for case, metric, spread in sorted(spreads(base), key=lambda t: -t[2]):
-        print(f"  {spread:6.2f}%  {case} [{metric}]")
-    for factor, res in results.items():
-        codes, walls = res["codes"], res["walls"]
-        assert isinstance(codes, Counter) and isinstance(walls, list)
-        total = sum(codes.values())
-        print(
-            f"\nfactor {factor}: {codes.get(1, 0)} of {total} checks exit 1 "
-            f"(exit codes {dict(sorted(codes.items()))}); check wall time median "
-            f"{statistics.median(walls):.1f} s (min {min(walls):.1f}, max {max(walls):.1f})"
-        )
-        flagged = res["flagged"]
-        assert isinstance(flagged, Counter)
-        for name, times in flagged.most_common(12):
-            print(f"  flagged {times:2d}/{total}: {name}")
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        sys.exit(f"unknown scenarios {sorted(unknown)}: choose from {', '.join(SCENARIOS)}")
+    base = args.out / "base.json"
+    if not args.report_only:
+        if any(s.startswith("stored") for s in scenarios):
+            base = make_baseline(args.out, args.baseline_runs, args.device)
+        for scenario in scenarios:
+            run_checks(scenario, base, args.out, args.checks, args.device)
+    for scenario in scenarios:
+        checks = load(args.out, scenario)
+        if checks:
+            summary(scenario, checks)
+            if scenario == "ab-real":
+                score_real(checks)
 
 
 if __name__ == "__main__":

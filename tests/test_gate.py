@@ -22,7 +22,9 @@ from gpuprof.analysis.measured import (
 )
 from gpuprof.errors import UsageError
 from gpuprof.gate import verdicts
-from gpuprof.gate.check import Side, baseline_json, read_baseline, run_check
+from gpuprof.gate.baseline import baseline_json, read_baseline
+from gpuprof.gate.check import run_check
+from gpuprof.gate.sides import Side
 from gpuprof.gate.stats import compare
 from tests.conftest import Gp
 
@@ -179,6 +181,24 @@ def test_environment_mismatch_and_partial_candidate() -> None:
     newer = run_check(baseline, side({**FP, "versions": {**FP["versions"], "torch": "2.14"}}))
     assert any("torch 2.13.0 != 2.14" in n for n in newer.notes)
     assert run_check(baseline, side(FP, status="partial")).exit_code == 3
+    # another suite is another plan: its budgets make its numbers incomparable (exit 2)
+    with pytest.raises(UsageError, match="suite ci != quick"):
+        run_check(baseline, side({**FP, "suite": "quick"}))
+
+
+def test_small_baseline_mistakes_say_what_is_wrong(tmp_path: Path, gp: Gp) -> None:
+    """A missing baseline file is named as one; the same run twice is refused; `-o` into a
+    folder that does not exist yet creates it."""
+    missing = gp("check", "--baseline", str(tmp_path / "nope.json"), "--run", "latest")
+    assert missing.code == 2 and "no baseline file" in missing.err and "no run" not in missing.err
+    run = tmp_path / "runs" / "0001_x"
+    shutil.copytree(Path(__file__).parent / "data" / "p2p-mesh-slow-link", run)
+    twice = gp("baseline", str(run), str(run), "-o", str(tmp_path / "b.json"))
+    assert twice.code == 2 and "given twice" in twice.err
+    assert not (tmp_path / "b.json").exists()
+    made = gp("baseline", str(run), "-o", str(tmp_path / "perf" / "x.json"))
+    assert made.code == 0, made.err
+    assert (tmp_path / "perf" / "x.json").is_file()
 
 
 def test_baseline_file_round_trip(tmp_path: Path) -> None:

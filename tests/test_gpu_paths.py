@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from gpuprof.analysis.p2p import link_class, topology_links
+from gpuprof.machine import fake_machines
 from gpuprof.machine.fake_nvml import FakeNVML
 from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.machine.topology import format_topology, gpu_topology, normalize_bus_id
@@ -46,7 +47,7 @@ def _rates(nvml: FakeNVML, bus_ids: list[str] | None = None) -> list[dict[str, A
 
 
 def test_fake_nvml_field_values_follow_the_scope_id() -> None:
-    nvml = FakeNVML.hgx_h100()
+    nvml = fake_machines.hgx_h100()
     gpu = nvml.gpus[0]
     nvml.clock, nvml.t0 = (lambda: 1.0), 0.0
     link0 = nvml.nvmlDeviceGetFieldValues(gpu, [138])[0].value.ullVal  # plain id: scopeId 0
@@ -57,7 +58,7 @@ def test_fake_nvml_field_values_follow_the_scope_id() -> None:
 
 
 def test_nvlink_rate_sums_every_link() -> None:
-    nvml = FakeNVML.hgx_h100()
+    nvml = fake_machines.hgx_h100()
     per_link = nvml.gpus[0].nvlink_kib_per_s * 1024 / 1e9
     rows = _rates(nvml)
     assert rows[0]["nvlink_tx_gbps"] == pytest.approx(18 * per_link)
@@ -68,7 +69,7 @@ def test_nvlink_rate_sums_every_link() -> None:
 
 
 def test_nvswitch_node_labels_every_pair_nv18() -> None:
-    topo = gpu_topology(FakeNVML.hgx_h100(), [])
+    topo = gpu_topology(fake_machines.hgx_h100(), [])
     for i, row in enumerate(topo["matrix"]):
         assert row[i] == "X"
         assert all(label == "NV18" for j, label in enumerate(row) if j != i), row
@@ -85,7 +86,7 @@ def test_bus_ids_normalize_to_nvml_form() -> None:
 
 
 def test_lower_case_rank_bus_ids_join_the_nvml_topology() -> None:
-    nvml = FakeNVML.hgx_h100()
+    nvml = fake_machines.hgx_h100()
     topo = gpu_topology(nvml, [])
     info = {"nodes": [{"host": "h", "topology": topo}]}
     links = topology_links(info)
@@ -191,7 +192,7 @@ def test_every_p2p_mode_batches_on_the_round_group(
 
 
 def test_sampler_keeps_only_the_jobs_gpus() -> None:
-    nvml = FakeNVML.hgx_h100()  # NVML lists all 8, whatever CUDA_VISIBLE_DEVICES says
+    nvml = fake_machines.hgx_h100()  # NVML lists all 8, whatever CUDA_VISIBLE_DEVICES says
     job = ["00000000:2a:00.0", "00000000:db:00.0"]  # the job's ranks, in torch's form
     rows = _rates(nvml, job)
     assert [r["source"] for r in rows] == ["gpu1", "gpu7"]
@@ -282,7 +283,7 @@ def test_init_binds_the_device_and_scopes_are_released(monkeypatch: pytest.Monke
 
 
 def test_older_nvml_falls_back_to_the_throttle_reasons_call() -> None:
-    nvml = FakeNVML.hgx_h100()
+    nvml = fake_machines.hgx_h100()
     nvml.missing = {"nvmlDeviceGetCurrentClocksEventReasons"}
     nvml.gpus[0].clock_reasons = 0x40
     with pytest.raises(AttributeError):
@@ -310,7 +311,7 @@ PRESETS = {
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_machines(preset: str) -> None:
     row0, row2, links, model = PRESETS[preset]
-    nvml = FakeNVML.from_spec(preset)
+    nvml = fake_machines.from_spec(preset)
     topo = gpu_topology(nvml, [])
     assert topo["matrix"][0] == row0 and topo["matrix"][2] == row2
     assert all(topo["matrix"][i][i] == "X" for i in range(len(nvml.gpus)))

@@ -1,7 +1,7 @@
 """The `gpuprof` command: a thin click layer that parses, calls one library function, and maps
 errors to exit codes (0 ok, 1 failure, 2 usage, 3 could not measure). One module per command
-group: `measure` (sweep, run), `read` (show, report, consolidate), `export`, `gate` (baseline,
-check, compare, trend), `predict`, `env`; `options` holds the options they share. Heavy
+group: `measure` (sweep, run), `read` (show, report, consolidate), `export`, `check`, `gate`
+(baseline, compare, trend), `predict`, `env`; `options` holds the options they share. Heavy
 modules (torch, plotly, pandas) are imported inside the commands that need them.
 
 May import every other stage; nothing imports it (the console script and `python -m gpuprof`
@@ -14,7 +14,7 @@ import traceback
 
 import click
 
-from gpuprof.cli import env, export, gate, measure, predict, read
+from gpuprof.cli import check, env, export, gate, measure, predict, read
 from gpuprof.errors import GpuprofError
 
 
@@ -32,6 +32,7 @@ for _command in (
     read.report,
     read.consolidate,
     env.env_command,
+    check.check,
     *gate.GATE_COMMANDS,
     *predict.PREDICT_COMMANDS,
     *export.EXPORT_COMMANDS,

@@ -1,9 +1,9 @@
-"""The regression gate's commands: `gpuprof baseline`, `check`, `compare` and `trend` (a thin
-click layer over `gpuprof.gate.check`; pandas and scipy are imported inside the commands)."""
+"""The regression gate's reading commands: `gpuprof baseline`, `compare` and `trend` (a thin
+click layer over `gpuprof.gate`; pandas and scipy are imported inside the commands).
+`gpuprof check` is `gpuprof.cli.check`."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +11,7 @@ import click
 
 from gpuprof import registry
 from gpuprof.cli.options import out_option, stack
-from gpuprof.errors import MeasurementError, UsageError
-from gpuprof.params import csv
-from gpuprof.runs.plan import DEVICES, SUITES
+from gpuprof.errors import UsageError
 from gpuprof.text import fixed_width
 
 
@@ -28,7 +26,7 @@ def baseline(runs: tuple[str, ...], output: str, out: str) -> None:
     -o baseline.json
     """
     # deferred: loads pandas, scipy
-    from gpuprof.gate.check import write_baseline
+    from gpuprof.gate.baseline import write_baseline
     from gpuprof.runs.store import open_run
 
     opened = [open_run(spec, out) for spec in runs]
@@ -39,7 +37,7 @@ def baseline(runs: tuple[str, ...], output: str, out: str) -> None:
     )
 
 
-def _writable(path: str | None) -> Path | None:
+def writable(path: str | None) -> Path | None:
     """An output file's path, refused before anything is measured if it cannot be written."""
     if path is None:
         return None
@@ -49,7 +47,7 @@ def _writable(path: str | None) -> Path | None:
     return target
 
 
-def _gate_options(func: Any) -> Any:
+def gate_options(func: Any) -> Any:
     return stack(
         click.option(
             "--min-effect",
@@ -69,166 +67,13 @@ def _gate_options(func: Any) -> Any:
 
 
 @click.command()
-@click.option("--baseline", "baseline_spec", required=True, metavar="FILE|RUN")
-@click.option(
-    "--run",
-    "run_specs",
-    multiple=True,
-    metavar="RUN",
-    help="compare RUN (repeatable); "
-    "default: measure now with the baseline's suite, probes and shape",
-)
-@click.option(
-    "--suite", type=click.Choice(SUITES), help="suite to measure [default: the baseline's]"
-)
-@click.option("--probes", help="probes to measure [default: the baseline's]")
-@click.option("--device", type=click.Choice(DEVICES), help="[default: the baseline's]")
-@click.option("--gpus", type=click.IntRange(1, 4096), help="ranks [default: the baseline's]")
-@click.option(
-    "--repeats",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 100),
-    help="runs to measure (their medians pooled)",
-)
-@click.option(
-    "--confirm/--no-confirm",
-    default=True,
-    show_default=True,
-    help="when measuring, confirm regressions with a second measurement before failing",
-)
-@click.option(
-    "--timeout",
-    default=300.0,
-    show_default=True,
-    type=float,
-    help="seconds one case may take before its rank counts as hung",
-)
-@_gate_options
-@click.option(
-    "--fail",
-    "fail_rules",
-    multiple=True,
-    metavar="METRIC:PCT",
-    help="a metric's own minimum effect, e.g. busbw_gbps:10",
-)
-@click.option(
-    "--allow-env-mismatch",
-    is_flag=True,
-    help="compare although the device, its model or the job shape differ",
-)
-@click.option(
-    "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
-)
-@click.option("--junit", "junit_file", type=click.Path(), help="write JUnit XML here")
-@click.option("--markdown", "markdown_file", type=click.Path(), help="write Markdown here")
-@out_option
-def check(baseline_spec: str, run_specs: tuple[str, ...], **kw: Any) -> int:
-    """Compare a run (or measure one now) with a baseline: exit 0 no regression, 1 regression
-    or wrong results, 2 usage or environment mismatch, 3 could not measure.
-
-    Example: gpuprof check --baseline baseline.json --junit check.xml
-    """
-    # deferred: loads pandas, scipy
-    from gpuprof.gate import check as gate
-    from gpuprof.gate import verdicts
-
-    junit_file, markdown_file = _writable(kw.pop("junit_file")), _writable(kw.pop("markdown_file"))
-    effects = gate.parse_effects(kw.pop("fail_rules"))
-    base = gate.open_side(baseline_spec, kw["out"])
-    settings = {
-        "min_effect": kw["min_effect"] / 100,
-        "alpha": kw["alpha"],
-        "effects": effects,
-        "allow_mismatch": kw["allow_env_mismatch"],
-    }
-    if run_specs:
-        # deferred: loads pandas
-        from gpuprof.runs.store import open_run
-
-        cand = gate.side_of_runs([open_run(spec, kw["out"]) for spec in run_specs])
-        result = gate.run_check(base, cand, **settings)
-    else:
-        runs = _measure_for_check(base, kw, kw["repeats"])
-        cand = gate.side_of_runs(runs)
-        result = gate.run_check(base, cand, **settings)
-        regressions = (
-            int((result.table["verdict"] == "regression").sum()) if len(result.table) else 0
-        )
-        if regressions and kw["confirm"] and result.exit_code != 3:
-            click.echo(
-                f"gpuprof: {regressions} regression(s) in the first run: measuring once more "
-                "to confirm them (--no-confirm: judge one run)",
-                err=True,
-            )
-            cand = gate.side_of_runs(runs + _measure_for_check(base, kw, kw["repeats"]))
-            result = gate.run_check(base, cand, **settings)
-    title = f"gpuprof check: {cand.label} against {base.label}"
-    if kw["fmt"] == "json":
-        meta = {
-            "baseline": base.label,
-            "candidate": cand.label,
-            "exit_code": result.exit_code,
-            "summary": result.summary,
-            "notes": result.notes,
-        }
-        click.echo(verdicts.as_json(result.table, meta))
-    else:
-        click.echo(verdicts.terminal(result.table, title, result.notes, result.summary))
-    if junit_file is not None:
-        junit_file.write_text(verdicts.junit(result.table, "gpuprof check", result.notes))
-    text = verdicts.markdown(result.table, title, result.notes, result.summary)
-    if markdown_file is not None:
-        markdown_file.write_text(text)
-    summary_file = gate.step_summary_path()
-    if summary_file is not None:
-        with summary_file.open("a", encoding="utf-8") as handle:
-            handle.write(text)
-    return result.exit_code
-
-
-def _measure_for_check(base: Any, kw: dict[str, Any], repeats: int) -> list[Any]:
-    """Measure `repeats` runs now with the baseline's suite, probes and shape unless told
-    otherwise; the runs (stopping at one that did not complete)."""
-    # deferred: loads pandas
-    from gpuprof.launch import runner
-
-    fp = base.fingerprint
-    probes = csv(kw["probes"]) if kw["probes"] else tuple(base.measured.values["probe"].unique())
-    request = runner.SweepRequest(
-        probes=probes,
-        out=Path(kw["out"]),
-        tag="check",
-        argv=(click.get_current_context().obj or {}).get("argv", sys.argv),
-        gpus=kw["gpus"] or fp.get("gpus_per_node"),
-        suite=kw["suite"] or fp.get("suite") or "ci",
-        device=kw["device"] or fp.get("device") or "auto",
-        timeout=kw["timeout"],
-        report=False,
-    )
-    # deferred: loads pandas
-    from gpuprof.runs.store import open_run
-
-    runs = []
-    for _ in range(repeats):
-        result = runner.sweep(request)
-        if result.run_dir is None:
-            raise MeasurementError("the check's sweep wrote no run", "see the messages above")
-        runs.append(open_run(result.run_dir))
-        click.echo(f"{result.run_dir}: {result.status}", err=True)
-        if result.status != "complete":
-            break
-    return runs
-
-
-@click.command()
 @click.argument("side_a", metavar="A")
 @click.argument("side_b", metavar="B")
 @click.option("-o", "output", type=click.Path(), help="write the HTML page here")
 @click.option(
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
 )
-@_gate_options
+@gate_options
 @out_option
 def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -> None:
     """Two runs (or a baseline file and a run) side by side: every common case with its change
@@ -237,14 +82,15 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
     Example: gpuprof compare 0003 0007 -o compare.html
     """
     # deferred: loads pandas, scipy
-    from gpuprof.gate import check as gate
     from gpuprof.gate import verdicts
+    from gpuprof.gate.baseline import open_side
+    from gpuprof.gate.check import environment_notes
     from gpuprof.gate.stats import compare as compare_sides
     from gpuprof.gate.stats import method_lines, verdict_counts
 
-    target = _writable(output)
-    a, b = gate.open_side(side_a, kw["out"]), gate.open_side(side_b, kw["out"])
-    notes = gate.environment_notes(a, b, "the sides differ", "differs")
+    target = writable(output)
+    a, b = open_side(side_a, kw["out"]), open_side(side_b, kw["out"])
+    notes = environment_notes(a, b, "the sides differ", "differs")
     table = compare_sides(
         a.measured, b.measured, min_effect=kw["min_effect"] / 100, alpha=kw["alpha"]
     )
@@ -279,7 +125,7 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
     type=click.IntRange(2, 100),
     help="without --baseline: the most runs before a run it is compared with",
 )
-@_gate_options
+@gate_options
 @out_option
 def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, **kw: Any) -> None:
     """Each case's metrics across runs in order (CI artifacts of successive commits), with the
@@ -288,13 +134,14 @@ def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, 
     Example: gpuprof trend ci-artifacts/ --baseline baseline.json -o trend.html
     """
     # deferred: loads pandas, scipy
-    from gpuprof.gate import check as gate
+    from gpuprof.gate.baseline import open_side
     from gpuprof.gate.stats import method_lines
+    from gpuprof.gate.trend import run_sides, trend_points
 
-    target = _writable(output)
-    sides = gate.run_sides(runs, kw["out"])
-    base = gate.open_side(baseline_spec, kw["out"]) if baseline_spec else None
-    points = gate.trend_points(
+    target = writable(output)
+    sides = run_sides(runs, kw["out"])
+    base = open_side(baseline_spec, kw["out"]) if baseline_spec else None
+    points = trend_points(
         sides, base, min_effect=kw["min_effect"] / 100, alpha=kw["alpha"], window=kw["window"]
     )
     found = [
@@ -314,4 +161,4 @@ def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, 
         click.echo(str(write_page(html, target)))
 
 
-GATE_COMMANDS = (baseline, check, compare, trend)
+GATE_COMMANDS = (baseline, compare, trend)

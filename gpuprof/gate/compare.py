@@ -14,8 +14,8 @@ from plotly.offline import get_plotlyjs
 
 from gpuprof import registry
 from gpuprof.errors import UsageError
-from gpuprof.gate.check import TrendPoint
 from gpuprof.gate.stats import FAILING, verdict_counts
+from gpuprof.gate.trend import TrendPoint
 from gpuprof.gate.verdicts import EXPLAIN, rows
 from gpuprof.reports.html import TEMPLATES
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed

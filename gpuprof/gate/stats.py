@@ -257,7 +257,8 @@ def method_lines() -> list[str]:
         f"iterations ({SAMPLE_SLOTS} per run, spread evenly).",
         "Threshold: the larger of the minimum effect and z x the spread of the baseline runs' "
         "medians (log scale; moderated toward the median spread of the same probe, metric and "
-        "scope) x sqrt(1/K + 1/J) for K and J runs, z the normal quantile at 1 - alpha/M over "
+        "scope) x sqrt(1/K + 1/J) for K and J runs, z Student's t quantile at 1 - alpha/M (with "
+        "the spread's degrees of freedom) over "
         "the M compared case-metrics (Bonferroni).",
         "Noise test: a one-sided Mann-Whitney U test of the iteration samples (scipy.stats), "
         "Benjamini-Hochberg corrected over all case-metrics; q < alpha.",

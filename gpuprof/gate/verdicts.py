@@ -48,23 +48,38 @@ def _pct(value: Any, sign: bool = True) -> str:
     return f"{value:+.1f}%" if sign else f"{value:.1f}%"
 
 
+def _interval(rec: Mapping[Any, Any]) -> str:
+    """An A/B case's interval as changes: '+3.1%..+12.0%'."""
+    lo, hi = rec.get("ratio_lo"), rec.get("ratio_hi")
+    if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+        return "-"
+    return f"{_pct(100 * (lo - 1))}..{_pct(100 * (hi - 1))}"
+
+
 def rows(table: pd.DataFrame) -> list[list[str]]:
-    """Header and one row of cells per case-metric."""
-    header = ["verdict", "case", "metric", "baseline", "candidate", "change", "threshold", "q"]
+    """Header and one row of cells per case-metric (an A/B check's: its interval and pairs,
+    in place of a stored check's threshold and q value)."""
+    paired = "ratio_lo" in table.columns
+    first = ["verdict", "case", "metric"]
+    if paired:
+        header = [*first, "reference", "candidate", "change", "interval", "pairs"]
+    else:
+        header = [*first, "baseline", "candidate", "change", "threshold", "q"]
     out = [header]
     for rec in table.to_dict("records"):
-        out.append(
-            [
-                LABELS[rec["verdict"]],
-                rec["case"],
-                f"{rec['metric']} ({rec['better']} is better)",
-                _number(rec["base"]),
-                _number(rec["cand"]),
-                _pct(rec["change_pct"]),
-                _pct(rec.get("threshold_pct"), sign=False),
-                _number(rec.get("q_value")),
-            ]
-        )
+        cells = [
+            LABELS[rec["verdict"]],
+            rec["case"],
+            f"{rec['metric']} ({rec['better']} is better)",
+            _number(rec["base"]),
+            _number(rec["cand"]),
+            _pct(rec.get("change_pct")),
+        ]
+        if paired:
+            cells += [_interval(rec), str(rec.get("pairs", "-"))]
+        else:
+            cells += [_pct(rec.get("threshold_pct"), sign=False), _number(rec.get("q_value"))]
+        out.append(cells)
     return out
 
 
@@ -102,9 +117,10 @@ def junit(table: pd.DataFrame, name: str, notes: list[str]) -> str:
             suite, "testcase", classname=f"gpuprof.{rec['probe']}", name=_test_name(rec)
         )
         props = ET.SubElement(case, "properties")
-        for prop in ("base", "cand", "change_pct", "threshold_pct", "p_value", "q_value"):
-            value = rec.get(prop)
-            ET.SubElement(props, "property", name=prop, value=_number(value))
+        for prop in ("base", "cand", "change_pct", "threshold_pct", "p_value", "q_value",
+                     "ratio", "ratio_lo", "ratio_hi", "pairs"):  # fmt: skip
+            if prop in rec:
+                ET.SubElement(props, "property", name=prop, value=_number(rec[prop]))
         ET.SubElement(props, "property", name="verdict", value=rec["verdict"])
         message = _message(rec)
         if rec["verdict"] in FAILING:
@@ -121,6 +137,12 @@ def _test_name(rec: Mapping[Any, Any]) -> str:
 
 
 def _message(rec: Mapping[Any, Any]) -> str:
+    if "ratio_lo" in rec:
+        return (
+            f"{LABELS[rec['verdict']]}: {rec['metric']} {_number(rec['base'])} -> "
+            f"{_number(rec['cand'])} ({_pct(rec.get('change_pct'))}, interval "
+            f"{_interval(rec)} over {rec.get('pairs')} pairs; {rec['better']} is better)"
+        )
     return (
         f"{LABELS[rec['verdict']]}: {rec['metric']} {_number(rec['base'])} -> "
         f"{_number(rec['cand'])} ({_pct(rec['change_pct'])}; threshold "
@@ -136,7 +158,7 @@ def markdown(table: pd.DataFrame, title: str, notes: list[str], summary: str) ->
     lines += [f"- {n}" for n in notes]
     shown = table[table["verdict"] != "same"] if len(table) else table
     if len(shown):
-        lines += ["", "| " + " | ".join(rows(shown)[0]) + " |", "|" + "---|" * 8]
+        lines += ["", "| " + " | ".join(rows(shown)[0]) + " |", "|" + "---|" * len(rows(shown)[0])]
         for cells in rows(shown)[1:]:
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     same = int((table["verdict"] == "same").sum()) if len(table) else 0

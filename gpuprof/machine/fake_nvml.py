@@ -24,10 +24,8 @@ It models what nvml.h documents where gpuprof depends on it, so tests run the re
   HwPowerBrakeSlowdown reduce the core clocks "by a factor of 2 or more": a device given one
   of them and no explicit `sm_clock_mhz` runs at half its applications clock.
 
-Presets (`FakeNVML.preset(name)`, or `GPUPROF_FAKE_NVML=<name>` for any gpuprof command):
-`hgx-h100` (8 x H100 SXM on 4 NVSwitches), `a100-pcie-bridged` (8 x A100 80GB PCIe, NVLink
-bridges joining GPU pairs), `pcie-4gpu` (4 x L40S on PCIe only). `GPUPROF_FAKE_NVML=
-"<n>x<name>"` builds `dgx(n, name)`: every GPU pair joined directly by NVLinks.
+Whole machines to fake (HGX boards, PCIe boxes, `GPUPROF_FAKE_NVML`) are in
+`gpuprof.machine.fake_machines`; `FakeNVML.dgx(n, name)` joins every GPU pair by NVLinks.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 NVML_TOPOLOGY_INTERNAL = 0
 NVML_TOPOLOGY_SINGLE = 10
@@ -175,79 +173,6 @@ class FakeNVML:
             for i, bus in enumerate(buses)
         ]
         return cls(gpus)
-
-    @classmethod
-    def hgx_h100(cls) -> FakeNVML:
-        """An HGX H100 board: 8 x H100 SXM, each with 18 NVLinks to 4 NVSwitches (5+4+4+5),
-        no direct GPU-GPU link; GPUs 0-3 on NUMA node 0, 4-7 on node 1."""
-        buses = [f"00000000:{b}:00.0" for b in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]
-        switches = [f"00000000:{b}:00.0" for b in ("05", "06", "07", "08")]
-        per_switch = (5, 4, 4, 5)
-        gpus = [
-            FakeGpu(
-                name="NVIDIA H100 80GB HBM3",
-                uuid=f"GPU-hgx-{i:04d}",
-                bus_id=bus,
-                numa=i // 4,
-                host_bridge=i,
-                nvlinks=[sw for sw, n in zip(switches, per_switch, strict=True) for _ in range(n)],
-            )
-            for i, bus in enumerate(buses)
-        ]
-        return cls(gpus, switches=set(switches))
-
-    @classmethod
-    def a100_pcie_bridged(cls) -> FakeNVML:
-        """8 x A100 80GB PCIe, NVLink bridges joining GPUs 0-1, 2-3, 4-5, 6-7 (12 links each
-        pair); each bridged pair under one PCIe switch; GPUs 0-3 on NUMA node 0, 4-7 on 1."""
-        buses = [f"00000000:{b}:00.0" for b in ("1B", "1C", "3D", "3E", "9C", "9D", "BD", "BE")]
-        gpus = [
-            FakeGpu(
-                name="NVIDIA A100 80GB PCIe",
-                uuid=f"GPU-a100-{i:04d}",
-                bus_id=bus,
-                numa=i // 4,
-                pcie_switch=i // 2,
-                host_bridge=i // 2,
-                nvlinks=[buses[i ^ 1]] * 12,
-            )
-            for i, bus in enumerate(buses)
-        ]
-        return cls(gpus)
-
-    @classmethod
-    def pcie_4gpu(cls) -> FakeNVML:
-        """4 x L40S on PCIe only: GPUs 0-1 under one switch, 2-3 under another, one host
-        bridge, one NUMA node."""
-        buses = [f"00000000:{b}:00.0" for b in ("4F", "52", "D5", "D6")]
-        gpus = [
-            FakeGpu(
-                name="NVIDIA L40S",
-                uuid=f"GPU-l40s-{i:04d}",
-                bus_id=bus,
-                numa=0,
-                pcie_switch=i // 2,
-                host_bridge=0,
-                memory_bytes=48 << 30,
-            )
-            for i, bus in enumerate(buses)
-        ]
-        return cls(gpus)
-
-    PRESETS: ClassVar[dict[str, str]] = {
-        "hgx-h100": "hgx_h100",
-        "a100-pcie-bridged": "a100_pcie_bridged",
-        "pcie-4gpu": "pcie_4gpu",
-    }
-
-    @classmethod
-    def from_spec(cls, spec: str) -> FakeNVML:
-        """A preset name, or '8xNVIDIA H100 80GB HBM3' -> dgx(8, 'NVIDIA H100 80GB HBM3')."""
-        if spec.strip() in cls.PRESETS:
-            built: FakeNVML = getattr(cls, cls.PRESETS[spec.strip()])()
-            return built
-        count, _, name = spec.partition("x")
-        return cls.dgx(int(count), name.strip() or "NVIDIA H100 80GB HBM3")
 
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names below
         """No-op."""
@@ -397,8 +322,3 @@ class FakeNVML:
     def numa_node(self, bus_id: str) -> int | None:
         """What sysfs would say for this device's NUMA node (fake only)."""
         return next((g.numa for g in self.gpus if g.bus_id == bus_id), None)
-
-
-def fake_from_env(spec: str | None) -> Any:
-    """The fake selected by GPUPROF_FAKE_NVML, or None."""
-    return FakeNVML.from_spec(spec) if spec else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuprof.machine.fake_nvml import fake_from_env
+from gpuprof.machine.fake_machines import from_spec
 
 FAKE_NVML_ENV = "GPUPROF_FAKE_NVML"
 
@@ -15,7 +15,7 @@ def open_nvml() -> tuple[Any, str | None]:
     """(the initialised NVML module, None), or (None, why not) when NVML or its driver is
     absent. The caller shuts it down (nvmlShutdown) when done."""
     if os.environ.get(FAKE_NVML_ENV):
-        return fake_from_env(os.environ[FAKE_NVML_ENV]), None
+        return from_spec(os.environ[FAKE_NVML_ENV]), None
     try:
         import pynvml  # optional at run time: absent or driverless machines have no GPUs to read
 

@@ -1,0 +1,150 @@
+"""Baseline files: a measured set of one or more complete runs of the same plan, stored as
+JSON small enough to commit: per case and metric each run's median and a capped sample of
+iterations, the direction of each metric, and the environment fingerprint. A side of `check`,
+`compare` or `trend` is a baseline file or a run folder (`open_side`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuprof.analysis.measured import SAMPLE_COLUMNS, VALUE_COLUMNS, Measured
+from gpuprof.errors import UsageError
+from gpuprof.gate.sides import Side, side_of_runs
+from gpuprof.runs.store import DEFAULT_OUT, Run, open_run, utc_now, write_json_atomic
+
+FORMAT = "gpuprof-baseline"
+VERSION = 1
+SAMPLE_CAP = 60  # iteration samples kept per case and metric in a baseline file
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def baseline_json(side: Side) -> dict[str, Any]:
+    """The baseline file's content: one entry per case-metric."""
+    if not side.complete:
+        bad = next(r for r in side.runs if r.get("status") != "complete")
+        raise UsageError(
+            f"run {bad['path']} is {bad['status']}: a baseline needs complete runs",
+            "resume it (gpuprof sweep --resume RUN) or measure again",
+        )
+    values = side.measured.values
+    if values.empty:
+        raise UsageError("the runs have no case with a regression metric", "run a suite first")
+    samples = dict(list(side.measured.samples.groupby(["probe", "metric", "key"], sort=False)))
+    cases = []
+    for (probe, metric, key), rows in values.groupby(["probe", "metric", "key"], sort=False):
+        rows = rows.sort_values("run")
+        kept = samples.get((probe, metric, key))
+        kept_values = np.sort(kept["value"].to_numpy(float)) if kept is not None else np.array([])
+        if len(kept_values) > SAMPLE_CAP:  # quantiles: keeps the shape, drops the count
+            index = np.rint(np.linspace(0, len(kept_values) - 1, SAMPLE_CAP)).astype(int)
+            kept_values = kept_values[index]
+        cases.append(
+            {
+                "probe": probe,
+                "metric": metric,
+                "better": rows["better"].iloc[0],
+                "key": json.loads(str(key)),
+                "case": rows["case"].iloc[0],
+                "medians": [_round(v) for v in rows["value"]],
+                "throttled": [bool(v) for v in rows["throttled"]],
+                "nwrong": [None if math.isnan(v) else int(v) for v in rows["nwrong"]],
+                "samples": [_round(v) for v in kept_values],
+            }
+        )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "created_utc": utc_now(),
+        "fingerprint": side.fingerprint,
+        "runs": side.runs,
+        "cases": cases,
+    }
+
+
+def write_baseline(runs: list[Run], path: Path) -> dict[str, Any]:
+    """Write the baseline file of `runs` (atomically, creating its folder); its content."""
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", "give a file name, e.g. base.json")
+    seen: dict[Path, str] = {}
+    for run in runs:
+        where = run.path.resolve()
+        if where in seen:
+            raise UsageError(
+                f"run {run.path} is given twice ({seen[where]})",
+                "give each run once: a baseline's spread comes from different runs",
+            )
+        seen[where] = str(run.path)
+    data = baseline_json(side_of_runs(runs))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return data
+
+
+def read_baseline(path: Path) -> Side:
+    """A baseline file as a side; a UsageError naming what is wrong with the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read baseline {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"{path} is not a gpuprof baseline file", "make one: gpuprof baseline")
+    version = data.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise UsageError(
+            f"baseline {path} has format version {version!r}; this gpuprof reads up to {VERSION}",
+            "upgrade gpuprof, or make the baseline again with this one",
+        )
+    try:
+        values, samples = [], []
+        for case in data["cases"]:
+            key = json.dumps(case["key"], sort_keys=True)
+            ident = {"probe": case["probe"], "metric": case["metric"], "key": key}
+            for run, median in enumerate(case["medians"]):
+                values.append(
+                    {
+                        **ident,
+                        "better": case["better"],
+                        "case": case["case"],
+                        "run": run,
+                        "value": float(median),
+                        "throttled": bool(case["throttled"][run]),
+                        "nwrong": np.nan
+                        if case["nwrong"][run] is None
+                        else float(case["nwrong"][run]),
+                    }
+                )
+            samples += [{**ident, "value": float(v)} for v in case["samples"]]
+        side = Side(
+            label=path.name,
+            measured=Measured(
+                values=pd.DataFrame(values, columns=VALUE_COLUMNS),
+                samples=pd.DataFrame(samples, columns=SAMPLE_COLUMNS),
+            ),
+            fingerprint=dict(data["fingerprint"]),
+            runs=list(data.get("runs") or []),
+        )
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
+        raise UsageError(f"baseline {path} is damaged: {type(exc).__name__}: {exc}") from None
+    return side
+
+
+def open_side(spec: str, out: str | Path = DEFAULT_OUT) -> Side:
+    """A baseline file, or a run (path, 'latest' or number inside `out`)."""
+    path = Path(spec)
+    if path.is_file():
+        return read_baseline(path)
+    if path.suffix == ".json":
+        raise UsageError(f"no baseline file {spec}", "make one: gpuprof baseline RUN... -o FILE")
+    return side_of_runs([open_run(spec, out)])

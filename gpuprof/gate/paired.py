@@ -1,0 +1,230 @@
+"""Statistics of an A/B check: paired log ratios, their intervals, and a sequential decision.
+
+A pair is one fresh launch of the reference (A) and one of the candidate (B), taken back to
+back in a randomized balanced order, so the machine's drift hits both alike and cancels in
+their ratio. Per case and metric, pair i gives d_i = log(B_i / A_i) turned so that positive
+is worse (a time that grew, a bandwidth that shrank). With n pairs:
+
+- the effect is the mean of d, reported as the ratio exp(mean) in the metric's own terms;
+- its standard error is s / sqrt(n), s the spread of d moderated toward the typical spread of
+  the same probe's cases in this check (the pool's median variance weighs PRIOR_PAIRS pairs,
+  as limma moderates variances: a probe's cases share its launches' noise, e.g. every DDP
+  metric of a launch moves together), with Student's t at n - 1 (+ PRIOR_PAIRS) degrees of
+  freedom. Student's t, not a bootstrap: a check has 3 to
+  10 pairs, too few for a bootstrap's interval to hold its level, and log ratios of run
+  medians are close to normal;
+- **regression**: the one-sided interval at 1 - alpha / M (Bonferroni over the M compared
+  case-metrics) lies wholly above the minimum effect; **improvement**: wholly below minus it;
+  **same**: the 1 - 2 alpha interval (two one-sided tests at alpha, TOST) lies wholly inside
+  plus or minus the minimum effect; otherwise undecided.
+
+Sequential: from `min_pairs` on, the check stops as soon as every case is decided or can no
+longer be decided by `max_pairs` at its current mean and spread (a case too noisy to ever
+fit inside the minimum effect, and too close to no change to ever pass it); what is left
+undecided at the end is "inconclusive". A regression is claimed only beyond the minimum effect,
+so an unchanged case would have to be measured more than the minimum effect worse, beyond its
+own interval, to be named: looking after every pair costs little. Simulated with this
+machine's noise (tests/test_gate_ab.py): 1 of 500 unchanged checks named a regression; with
+every case at exactly the minimum effect, 3% of checks did.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from gpuprof.analysis.measured import Measured
+
+PRIOR_PAIRS = 3  # the weight, in pairs, of a pool's typical variance
+MIN_POOL = 2  # cases a typical spread is taken from
+KEYS = ["probe", "metric", "key"]
+
+
+def paired_logs(pairs: list[tuple[Measured, Measured]]) -> pd.DataFrame:
+    """One row per case-metric present on both sides of every pair: its identity, the
+    reference's and candidate's median values, and the pairs' worse-is-positive log ratios
+    (`d`, a list), with the flags that fail a case outright (wrong elements, slowed)."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for index, (ref, cand) in enumerate(pairs):
+        merged = ref.values.merge(cand.values, on=KEYS, suffixes=("_a", "_b"))
+        for rec in merged.to_dict("records"):
+            ident = (rec["probe"], rec["metric"], rec["key"])
+            row = rows.setdefault(
+                ident,
+                {
+                    "probe": rec["probe"],
+                    "metric": rec["metric"],
+                    "better": rec["better_a"],
+                    "key": rec["key"],
+                    "case": rec["case_a"],
+                    "a": [],
+                    "b": [],
+                    "d": [],
+                    "wrong": False,
+                    "slowed_a": False,
+                    "slowed_b": False,
+                    "seen": set(),
+                },
+            )
+            a, b = float(rec["value_a"]), float(rec["value_b"])
+            if a > 0 and b > 0:
+                sign = 1.0 if row["better"] == "lower" else -1.0
+                row["d"].append(sign * math.log(b / a))
+                row["a"].append(a)
+                row["b"].append(b)
+                row["seen"].add(index)
+            row["wrong"] |= bool(rec["nwrong_b"] > 0) if pd.notna(rec["nwrong_b"]) else False
+            row["slowed_a"] |= bool(rec["throttled_a"])
+            row["slowed_b"] |= bool(rec["throttled_b"])
+    complete = [r for r in rows.values() if len(r.pop("seen")) == len(pairs)]
+    return pd.DataFrame(complete)
+
+
+def _moderated_variance(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each case's variance of d moderated toward its probe's median, and the degrees of
+    freedom behind it."""
+    n = table["d"].map(len).to_numpy(float)
+    own = np.array([np.var(d, ddof=1) if len(d) > 1 else np.nan for d in table["d"]])
+    pools = table.assign(v=own).groupby("probe")["v"]
+    typical = pools.transform("median").to_numpy(float)
+    pooled = (pools.transform("count").to_numpy(float) >= MIN_POOL) & ~np.isnan(typical)
+    prior = np.where(pooled, PRIOR_PAIRS, 0.0)
+    weight = np.maximum(n - 1, 0)
+    variance = (weight * np.nan_to_num(own) + prior * np.nan_to_num(typical)) / np.maximum(
+        weight + prior, 1
+    )
+    return variance, np.maximum(weight + prior, 1)
+
+
+def decide(
+    pairs: list[tuple[Measured, Measured]],
+    *,
+    min_effect: float,
+    alpha: float,
+    max_pairs: int,
+    effects: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """The verdict of every case-metric after these pairs, with its ratio and intervals.
+
+    Columns: probe, metric, better, key, case, pairs, base and cand (the sides' medians),
+    change_pct (candidate against reference), ratio, ratio_lo, ratio_hi (the candidate's value
+    over the reference's, with its regression-decision interval), min_effect_pct, verdict
+    (regression, improvement, same, undecided, or wrong / untrusted) and `settled` (decided,
+    or out of reach by max_pairs)."""
+    return judge(
+        paired_logs(pairs),
+        min_effect=min_effect,
+        alpha=alpha,
+        max_pairs=max_pairs,
+        effects=effects,
+    )
+
+
+def judge(
+    table: pd.DataFrame,
+    *,
+    min_effect: float,
+    alpha: float,
+    max_pairs: int,
+    effects: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """`decide` on a table of paired logs (`paired_logs`' columns: probe, metric, better, key,
+    case, a, b, d, wrong, slowed_a, slowed_b)."""
+    if table.empty:
+        return table
+    effects = effects or {}
+    n = table["d"].map(len).to_numpy(float)
+    mean = np.array([np.mean(d) for d in table["d"]])
+    variance, df = _moderated_variance(table)
+    se = np.sqrt(variance / n)
+    m = len(table)
+    delta = np.log1p(np.array([effects.get(str(x), min_effect) for x in table["metric"]]))
+    t_claim = stats.t.ppf(1 - alpha / m, df)  # one-sided, Bonferroni over the case-metrics
+    t_same = stats.t.ppf(1 - alpha, df)  # two one-sided tests (TOST) at alpha
+    lo, hi = mean - t_claim * se, mean + t_claim * se
+    same = (np.abs(mean) + t_same * se) < delta
+    verdict = np.select(
+        [n < 2, lo > delta, hi < -delta, same], ["undecided", "regression", "improvement", "same"],
+        "undecided",
+    )  # fmt: skip
+    verdict = np.where(table["wrong"], "wrong", verdict)
+    verdict = np.where(table["slowed_b"] & ~table["slowed_a"], "untrusted", verdict)
+    # out of reach: at max_pairs, the intervals of this spread still straddle the minimum
+    # effect and the current mean is too close to no change to leave it
+    df_max = df + (max_pairs - n)
+    se_max = np.sqrt(variance / max_pairs)
+    can_pass = stats.t.ppf(1 - alpha, df_max) * se_max < delta
+    can_claim = np.abs(mean) - stats.t.ppf(1 - alpha / m, df_max) * se_max > delta
+    settled = (verdict != "undecided") | ~(can_pass | can_claim)
+    sign = np.where(table["better"] == "lower", 1.0, -1.0)
+    ratio = np.exp(sign * mean)
+    bounds = np.sort(np.exp(sign[:, None] * np.column_stack([lo, hi])), axis=1)
+    base = np.array([np.median(a) for a in table["a"]])
+    cand = np.array([np.median(b) for b in table["b"]])
+    needed = [
+        None if v != "undecided" else pairs_needed(float(mu), float(var), float(dl), alpha, m)
+        for v, mu, var, dl in zip(verdict, mean, variance, delta, strict=True)
+    ]
+    out = table[["probe", "metric", "better", "key", "case"]].assign(
+        pairs=n.astype(int),
+        pairs_needed=pd.array(needed, dtype="Int64"),
+        base=base,
+        cand=cand,
+        change_pct=100 * (ratio - 1),
+        ratio=ratio,
+        ratio_lo=bounds[:, 0],
+        ratio_hi=bounds[:, 1],
+        min_effect_pct=100 * np.expm1(delta),
+        verdict=verdict,
+        settled=settled,
+    )
+    return out
+
+
+def pairs_needed(
+    mean: float, variance: float, delta: float, alpha: float, m: int, cap: int = 200
+) -> int | None:
+    """The fewest pairs at which a case of this mean and spread would be decided (inside the
+    minimum effect, or beyond it), or None if not within `cap`."""
+    n = np.arange(2, cap + 1)
+    se = np.sqrt(variance / n)
+    df = n - 1 + PRIOR_PAIRS
+    inside = abs(mean) + stats.t.ppf(1 - alpha, df) * se < delta
+    beyond = abs(mean) - stats.t.ppf(1 - alpha / m, df) * se > delta
+    found = np.flatnonzero(inside | beyond)
+    return int(n[found[0]]) if len(found) else None
+
+
+def finished(table: pd.DataFrame, num_pairs: int, min_pairs: int, max_pairs: int) -> bool:
+    """Whether the check may stop: at max_pairs, or from min_pairs on once every case is
+    settled."""
+    if num_pairs >= max_pairs:
+        return True
+    return num_pairs >= min_pairs and (table.empty or bool(table["settled"].all()))
+
+
+def final(table: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts as the check reports them: undecided cases are inconclusive; failures
+    first, then by the size of the change."""
+    if table.empty:
+        return table
+    out = table.assign(verdict=table["verdict"].replace({"undecided": "inconclusive"}))
+    order = ["regression", "wrong", "untrusted", "missing", "inconclusive", "improvement", "same"]
+    rank = out["verdict"].map({v: i for i, v in enumerate(order)})
+    move = -out["change_pct"].abs()
+    return out.assign(_r=rank, _m=move).sort_values(["_r", "_m"]).drop(columns=["_r", "_m"])
+
+
+def balanced_order(max_pairs: int, seed: int | None) -> list[tuple[str, str]]:
+    """Which side runs first in each pair: blocks of two pairs run A B B A or B A A B (the
+    block's first side drawn at random), so a trend over time hits both sides alike."""
+    rng = np.random.default_rng(seed)
+    order: list[tuple[str, str]] = []
+    while len(order) < max_pairs:
+        first = ("A", "B") if rng.random() < 0.5 else ("B", "A")
+        order += [first, (first[1], first[0])]
+    return order[:max_pairs]

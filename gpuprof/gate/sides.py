@@ -1,0 +1,89 @@
+"""The sides of a comparison: a measured set (`gpuprof.analysis.measured`) of one or more runs
+of one environment, with the environment's fingerprint (device and its model, the job's
+shape, the suite, the software versions) and where its runs came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprof.analysis import gpu_model
+from gpuprof.analysis.measured import Measured, measure_run
+from gpuprof.errors import UsageError
+from gpuprof.runs.store import Run
+
+# fingerprint fields that must agree for numbers to be comparable (the rest are notes): the
+# suite too, since its budgets and iteration counts are part of what a case's number means
+MUST_MATCH = ("device", "device_model", "num_nodes", "gpus_per_node", "suite")
+
+
+def fingerprint(info: dict[str, Any]) -> dict[str, Any]:
+    """What a run's numbers depend on: device and its model (the GPU, or the CPU on CPU runs),
+    the job's shape, the suite, and the software versions."""
+    nodes = info.get("nodes") or [{}]
+    cpu = (nodes[0].get("cpu") or {}).get("model")
+    versions = info.get("versions") or {}
+    return {
+        "device": info.get("device"),
+        "device_model": gpu_model(info) or (cpu if info.get("device") == "cpu" else None),
+        "backend": info.get("backend"),
+        "num_nodes": info.get("num_nodes"),
+        "gpus_per_node": info.get("gpus_per_node"),
+        "world_size": info.get("world_size"),
+        "suite": info.get("suite"),
+        "versions": {
+            k: versions.get(k) for k in ("gpuprof", "torch", "cuda", "nccl", "driver", "python")
+        },
+    }
+
+
+def differences(a: dict[str, Any], b: dict[str, Any], fields: tuple[str, ...]) -> list[str]:
+    """'device cpu != cuda' for each field that differs."""
+    return [f"{f} {a.get(f)} != {b.get(f)}" for f in fields if a.get(f) != b.get(f)]
+
+
+def version_notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The software differences (allowed: checking an upgrade is the point)."""
+    return differences(a.get("versions") or {}, b.get("versions") or {}, tuple(a["versions"]))
+
+
+@dataclass
+class Side:
+    """One side of a comparison: its measured set, where it came from, and its runs."""
+
+    label: str
+    measured: Measured
+    fingerprint: dict[str, Any]
+    runs: list[dict[str, Any]] = field(default_factory=list)  # run_id, created_utc, status
+
+    @property
+    def complete(self) -> bool:
+        return all(r.get("status") == "complete" for r in self.runs)
+
+
+def _run_entry(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.info.get("run_id", run.path.name),
+        "path": str(run.path),
+        "created_utc": run.info.get("created_utc"),
+        "status": run.status,
+    }
+
+
+def side_of_runs(runs: list[Run], label: str | None = None) -> Side:
+    """The measured set of one or more runs that agree on the environment."""
+    prints = [fingerprint(r.info) for r in runs]
+    for run, other in zip(runs[1:], prints[1:], strict=True):
+        diff = differences(prints[0], other, MUST_MATCH)
+        if diff:
+            raise UsageError(
+                f"runs {runs[0].path} and {run.path} differ: {'; '.join(diff)}",
+                "give runs of one environment",
+            )
+    measured = Measured.combine([measure_run(r) for r in runs])
+    return Side(
+        label=label or ", ".join(r.path.name for r in runs),
+        measured=measured,
+        fingerprint=prints[0],
+        runs=[_run_entry(r) for r in runs],
+    )

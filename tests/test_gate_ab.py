@@ -1,0 +1,180 @@
+"""The A/B check (same-window pairs, sequential decisions) and the stored check's machine
+factor: simulated on synthetic data with known effects, and end to end on gloo ranks."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuprof.analysis.measured import SAMPLE_COLUMNS, VALUE_COLUMNS, Measured
+from gpuprof.gate.machine import machine_factor
+from gpuprof.gate.paired import balanced_order, finished, judge
+from gpuprof.gate.stats import compare
+from tests.conftest import Gp
+
+ALPHA, DELTA = 0.05, 0.05
+# the noise of this machine's ci suite, per pair of launches (log scale): collectives' gloo
+# cases 10-20%, the rest 2-6% (tests/test_gate_ab.py's figures, measured with gpuprof check)
+NOISE = {"collectives": (9, 0.14), "memory": (2, 0.035), "compute": (2, 0.02), "ddp": (8, 0.04)}
+
+
+def _table(d: np.ndarray, probes: list[str]) -> pd.DataFrame:
+    """A paired-log table of lower-is-better cases with pair log ratios `d` (cases x pairs)."""
+    return pd.DataFrame(
+        {
+            "probe": probes,
+            "metric": "time_us",
+            "better": "lower",
+            "key": [json.dumps({"case": i}) for i in range(len(probes))],
+            "case": [f"case {i}" for i in range(len(probes))],
+            "a": [list(np.ones(d.shape[1])) for _ in probes],
+            "b": [list(np.exp(row)) for row in d],
+            "d": [list(row) for row in d],
+            "wrong": False,
+            "slowed_a": False,
+            "slowed_b": False,
+        }
+    )
+
+
+def simulate(effects: np.ndarray, rng: np.random.Generator, max_pairs: int = 4) -> pd.DataFrame:
+    """One sequential check on synthetic pairs: noise per probe as measured here, `effects`
+    the true log slowdown of each case; pairs added until the check may stop."""
+    probes = [p for p, (count, _) in NOISE.items() for _ in range(count)]
+    sd = np.array([NOISE[p][1] for p in probes])
+    d = np.empty((len(probes), 0))
+    for n in range(1, max_pairs + 1):
+        d = np.column_stack([d, rng.normal(effects, sd)])
+        table = judge(_table(d, probes), min_effect=DELTA, alpha=ALPHA, max_pairs=max_pairs)
+        if finished(table, n, 3, max_pairs):
+            return table
+    raise AssertionError("unreachable")
+
+
+def test_sequential_false_alarms_stay_under_alpha_and_power_is_reported() -> None:
+    """500 checks of 21 unchanged cases, stopping as the check does: a false alarm (any
+    regression) in at most alpha of them. Then 1.20x on the two memory cases: power."""
+    rng = np.random.default_rng(2026)
+    size = sum(count for count, _ in NOISE.values())
+    alarms = sum(
+        (simulate(np.zeros(size), rng)["verdict"] == "regression").any() for _ in range(500)
+    )
+    assert alarms / 500 <= ALPHA, alarms
+    slowed = np.zeros(size)
+    slowed[9:11] = math.log(1.2)  # the memory probe's cases
+    found = [simulate(slowed, rng) for _ in range(200)]
+    named = [set(t.index[t["verdict"] == "regression"]) for t in found]
+    power = sum(n == {9, 10} for n in named) / len(named)
+    assert power >= 0.9, f"power at 1.20x: {power:.2f}"  # what the simulation gives: ~0.97
+    assert not any(n - {9, 10} for n in named)  # never an unchanged case named
+
+
+def test_a_clear_change_stops_early_and_noise_stays_undecided() -> None:
+    d = np.array([[0.40, 0.41, 0.42], [0.30, -0.30, 0.25]])  # 1.5x; a case spread over 30%
+    table = judge(_table(d, ["ddp", "memory"]), min_effect=DELTA, alpha=ALPHA, max_pairs=4)
+    assert table["verdict"].tolist() == ["regression", "undecided"]
+    assert table["settled"].tolist() == [True, True]  # the noisy one cannot be decided by 4
+    assert table.loc[0, "ratio_lo"] > 1.05
+    assert pd.isna(table.loc[1, "pairs_needed"])  # mean 8% +- 33%: not within 200 pairs
+
+
+def test_the_order_is_balanced_in_blocks_of_two() -> None:
+    order = balanced_order(8, seed=3)
+    assert all(order[i] == order[i + 1][::-1] for i in range(0, 8, 2))
+    assert {order[i] for i in range(0, 8, 2)} == {("A", "B"), ("B", "A")} or len(order) == 8
+
+
+def _measured(values: dict[tuple[str, int], list[float]]) -> Measured:
+    """A measured set of lower-is-better cases: (probe, case) -> one value per run."""
+    rows = [
+        {"probe": probe, "metric": "time_us", "better": "lower", "key": json.dumps({"c": case}),
+         "case": f"{probe} {case}", "run": run, "value": value, "throttled": False,
+         "nwrong": 0.0}
+        for (probe, case), runs in values.items()
+        for run, value in enumerate(runs)
+    ]  # fmt: skip
+    return Measured(
+        values=pd.DataFrame(rows, columns=VALUE_COLUMNS),
+        samples=pd.DataFrame(columns=SAMPLE_COLUMNS),
+    )
+
+
+def test_machine_factor_is_removed_and_a_case_regression_stays_visible() -> None:
+    """Baseline: 5 runs of 4 probes x 4 cases with 1% noise and a per-run machine drift of up
+    to 6%; the candidate runs on a machine 15% slower, and one case is 25% slower on top: the
+    factor is found, reported as a shift, and only that case regresses."""
+    rng = np.random.default_rng(11)
+    cases = [(probe, c) for probe in ("a", "b", "c", "d") for c in range(4)]
+    drift = rng.uniform(-0.06, 0.06, 5)
+    base = _measured({k: list(100 * np.exp(drift + rng.normal(0, 0.01, 5))) for k in cases})
+    cand_values = {k: [100 * 1.15 * math.exp(rng.normal(0, 0.01))] for k in cases}
+    cand_values[("c", 2)] = [cand_values[("c", 2)][0] * 1.25]
+    cand = _measured(cand_values)
+    factor, base_adj, cand_adj = machine_factor(base, cand, min_effect=DELTA, alpha=ALPHA)
+    # measured from the baseline's level, which its runs' drift (-6%..+6%) moves a little
+    assert 12 < factor.pct < 22 and factor.verdict == "slower"
+    table = compare(base_adj, cand_adj, min_effect=DELTA, alpha=ALPHA)
+    regressed = table.loc[table["verdict"] == "regression", "case"].tolist()
+    assert regressed == ["c 2"]
+    raw = compare(base, cand, min_effect=DELTA, alpha=ALPHA)  # without removing the factor
+    assert (raw["verdict"] == "regression").sum() > 8
+
+
+def test_a_uniform_slowdown_is_a_machine_shift_not_regressions() -> None:
+    rng = np.random.default_rng(5)
+    cases = [(probe, c) for probe in ("a", "b", "c") for c in range(3)]
+    base = _measured({k: list(100 * np.exp(rng.normal(0, 0.02, 4))) for k in cases})
+    cand = _measured({k: [120 * math.exp(rng.normal(0, 0.02))] for k in cases})
+    factor, base_adj, cand_adj = machine_factor(base, cand, min_effect=DELTA, alpha=ALPHA)
+    assert factor.verdict == "slower" and abs(factor.pct - 20) < 3
+    assert "machine shift" in factor.line()
+    table = compare(base_adj, cand_adj, min_effect=DELTA, alpha=ALPHA)
+    assert not (table["verdict"] == "regression").any()
+
+
+def _mkl_slows_matmul() -> bool:
+    """Whether capping MKL at SSE4.2 slows a matmul here more than twice (an AVX2+ CPU)."""
+    code = (
+        "import time, torch; torch.set_num_threads(1); a = torch.randn(512, 512); a @ a; "
+        "t = time.perf_counter(); [a @ a for _ in range(20)]; print(time.perf_counter() - t)"
+    )
+    times = []
+    for env in ({}, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**__import__("os").environ, **env}, check=True)  # fmt: skip
+        times.append(float(done.stdout))
+    return times[1] > 2 * times[0]
+
+
+@pytest.mark.slow
+def test_ab_end_to_end_names_the_case_a_candidate_environment_slows(tmp_path: Path, gp: Gp) -> None:
+    """Two real A/B checks on gloo with the memory and compute probes: the same interpreter
+    and environment on both sides passes; a candidate that caps MKL at SSE4.2 (a real
+    environment setting that makes every matmul do its work with narrower instructions) is
+    named on the compute cases, and only those."""
+    if not _mkl_slows_matmul():
+        pytest.skip("MKL_ENABLE_INSTRUCTIONS=SSE4_2 does not slow matmuls on this CPU")
+    common = ["check", "--reference-python", sys.executable, "--device", "cpu", "--probes",
+              "compute,memory", "--min-pairs", "2", "--max-pairs", "2", "--seed", "1",
+              "--format", "json"]  # fmt: skip
+    same = gp(*common, "--out", tmp_path / "same")
+    assert same.code == 0, same.err
+    data = json.loads(same.out)
+    assert data["mode"] == "ab" and data["pairs"] == 2
+    assert not any(c["verdict"] == "regression" for c in data["cases"])
+    assert data["versions"]["reference"] == data["versions"]["candidate"]
+    slow = gp(*common, "--env", "MKL_ENABLE_INSTRUCTIONS=SSE4_2", "--out", tmp_path / "slow")
+    assert slow.code == 1, slow.err
+    data = json.loads(slow.out)
+    regressed = {c["probe"] for c in data["cases"] if c["verdict"] == "regression"}
+    assert regressed == {"compute"}
+    assert "candidate sets MKL_ENABLE_INSTRUCTIONS=SSE4_2" in data["notes"]
+    compute = [c for c in data["cases"] if c["probe"] == "compute"]
+    assert all(c["ratio"] < 0.6 and c["ratio_hi"] < 0.95 and c["pairs"] == 2 for c in compute)
