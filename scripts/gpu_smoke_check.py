@@ -14,7 +14,7 @@ from pathlib import Path
 from gpuprof import open_run
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import summarize_run
-from gpuprof.machine.hardware import gpu_peaks, pcie_x16_gbps
+from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.machine.topology import normalize_bus_id
 from gpuprof.runs.store import Run
 
@@ -50,7 +50,7 @@ def check_run(run: Run) -> bool:
     if "memory" in tables:
         memory = summarize_run(run, "memory")
         for kind, peak, bounds in (
-            ("h2d_pinned", pcie_x16_gbps(peaks.pcie_gen) if peaks else None, H2D_PINNED),
+            ("h2d_pinned", peaks.host_gbps if peaks else None, H2D_PINNED),
             ("d2d", peaks.memory_gbps if peaks else None, D2D),
         ):
             rows = memory[memory["kind"] == kind]

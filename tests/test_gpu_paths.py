@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pandas as pd
 import pytest
 import torch
 
@@ -381,3 +382,34 @@ def test_gpu_smoke_runs_every_step_and_lists_each_in_its_verdict(tmp_path: Path)
     assert any(line.strip() == "ok     environment" for line in verdict)
     assert any("checks against the hardware (exit 2)" in line for line in verdict)  # no runs
     assert (out / "gpu-smoke.log").read_text().count("== gpu-smoke:") == len(verdict) - 2
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "host_gbps"),
+    [
+        ("NVIDIA H200 NVL", "H200 NVL", 63.0),  # PCIe cards with NVLink bridges, not SXM
+        ("NVIDIA H200", "H200 SXM", 63.0),
+        ("NVIDIA GH200 480GB", "GH200", 450.0),  # NVLink-C2C to the Grace CPU, not PCIe
+        ("NVIDIA GH200 144G HBM3e", "GH200 144G HBM3e", 450.0),
+        ("NVIDIA B200", "B200", 63.0),
+        ("NVIDIA GB200", "GB200", 450.0),  # Grace-Blackwell: C2C too
+    ],
+)
+def test_gpu_names_reach_their_own_peaks(name: str, model: str, host_gbps: float) -> None:
+    """NVML's names (NVIDIA's open-gpu-kernel-modules list) find their own entries; a host
+    copy's % of peak is against the host link the GPU has."""
+    peaks = gpu_peaks(name)
+    assert peaks is not None and peaks.model == model
+    assert peaks.host_gbps == pytest.approx(host_gbps, rel=0.01)
+
+
+def test_a_gh200_host_copy_is_judged_against_nvlink_c2c() -> None:
+    from gpuprof.analysis.ceilings import summarize_memory
+
+    frame = pd.DataFrame(
+        [{"rank": 0, "host": "h", "group": "rank0", "kind": "h2d_pinned", "size_bytes": 1 << 30,
+          "bytes_moved": 1 << 30, "time_us": (1 << 30) / 346e3, "nwrong": 0, "iteration": 0}]
+    )  # fmt: skip
+    summary = summarize_memory(frame, {0: "NVIDIA GH200 480GB"})
+    # nvbandwidth measured 346 GB/s host to device on GH200 (NVIDIA/nvbandwidth#23): 77% of 450
+    assert summary["pct_of_peak"].iloc[0] == pytest.approx(100 * 346 / 450, rel=0.01)

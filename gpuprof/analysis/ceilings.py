@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from gpuprof.analysis import RunTables, gpu_names, require_columns
-from gpuprof.machine.hardware import gpu_peaks, pcie_x16_gbps, pct_of_peak
+from gpuprof.machine.hardware import gpu_peaks, pct_of_peak
 
 _KEYS = ["rank", "host", "group"]
 
@@ -32,7 +32,7 @@ def _memory_peak(kind: str, gpu: str | None) -> float | None:
     peaks = gpu_peaks(gpu)
     if peaks is None:
         return None
-    return peaks.memory_gbps if kind == "d2d" else pcie_x16_gbps(peaks.pcie_gen)
+    return peaks.memory_gbps if kind == "d2d" else peaks.host_gbps
 
 
 def summarize_memory(

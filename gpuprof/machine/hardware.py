@@ -22,6 +22,13 @@ class GpuPeaks:
     pcie_gen: int | None = None
     tflops: dict[str, float] = field(default_factory=dict)  # dense, per dtype
     all_reduce_busbw_gbps: float | None = None  # a full NVLink node, ring (docs/methodology.md)
+    # host <-> device per direction when not PCIe (GH200's NVLink-C2C: 450 GB/s each way)
+    host_link_gbps: float | None = None
+
+    @property
+    def host_gbps(self) -> float | None:
+        """What a host <-> device copy can reach per direction: the host link, else PCIe x16."""
+        return self.host_link_gbps or pcie_x16_gbps(self.pcie_gen)
 
 
 _A100 = {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}
@@ -33,16 +40,29 @@ _L40S = {"float32": 91.6, "tf32": 183.0, "bfloat16": 362.1, "float16": 362.1, "f
 
 _H100_NVL = {"float32": 60.0, "tf32": 417.5, "bfloat16": 835.5, "float16": 835.5,
               "float8": 1670.5}  # fmt: skip
+# H200 NVL: 1,671 / 3,341 / 835 TFLOPS with sparsity (bf16 / fp8 / tf32), 60 FP32 (H200 page)
+_H200_NVL = _H100_NVL
+_B200 = {"tf32": 1125.0, "bfloat16": 2250.0, "float16": 2250.0, "float8": 4500.0}
+_GB200 = {"tf32": 1250.0, "bfloat16": 2500.0, "float16": 2500.0, "float8": 5000.0}
 
 # (pattern on the NVML/CUDA device name, peaks); the first match wins, so specific first.
-# Real names: "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
-# "NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
-# "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA L40S", "NVIDIA B200".
+# Real names (NVIDIA's open-gpu-kernel-modules README lists them): "NVIDIA H100 80GB HBM3"
+# (SXM), "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200" (SXM), "NVIDIA H200 NVL" (PCIe
+# cards joined by 2- or 4-way NVLink bridges: no NVSwitch), "NVIDIA GH200 480GB" (96 GB HBM3
+# with 480 GB of Grace memory), "NVIDIA GH200 144G HBM3e", "NVIDIA A100-SXM4-40GB",
+# "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA L40S",
+# "NVIDIA B200", "NVIDIA GB200".
 GPUS: list[tuple[str, GpuPeaks]] = [
+    # NVLink-C2C to the Grace CPU: 900 GB/s total, 450 GB/s per direction (NVIDIA's Grace
+    # Hopper architecture blog), so host <-> device copies are not bounded by PCIe
+    (r"GH200.*144", GpuPeaks(model="GH200 144G HBM3e", memory_gbps=4800, nvlink_gbps=450,
+                             pcie_gen=5, tflops=_H100_SXM, host_link_gbps=450)),
     (r"GH200", GpuPeaks(model="GH200", memory_gbps=4000, nvlink_gbps=450, pcie_gen=5,
-                        tflops=_H100_SXM)),
+                        tflops=_H100_SXM, host_link_gbps=450)),
+    (r"H200 NVL", GpuPeaks(model="H200 NVL", memory_gbps=4800, nvlink_gbps=450, pcie_gen=5,
+                           tflops=_H200_NVL)),
     (r"H200", GpuPeaks(model="H200 SXM", memory_gbps=4800, nvlink_gbps=450, pcie_gen=5,
-                       tflops=_H100_SXM)),
+                       tflops=_H100_SXM, all_reduce_busbw_gbps=367)),
     (r"H100 NVL", GpuPeaks(model="H100 NVL", memory_gbps=3938, nvlink_gbps=300, pcie_gen=5,
                            tflops=_H100_NVL)),
     (r"H100.*PCIe", GpuPeaks(model="H100 PCIe", memory_gbps=2000, pcie_gen=5,
@@ -57,7 +77,11 @@ GPUS: list[tuple[str, GpuPeaks]] = [
                            pcie_gen=4, tflops=_A100, all_reduce_busbw_gbps=232)),
     (r"A100", GpuPeaks(model="A100 SXM4 40GB", memory_gbps=1555, nvlink_gbps=300, pcie_gen=4,
                        tflops=_A100, all_reduce_busbw_gbps=232)),
-    (r"B200", GpuPeaks(model="B200", memory_gbps=8000, nvlink_gbps=900)),
+    # a Blackwell in the Grace superchip: NVLink-C2C to the CPU, as GH200 (900 GB/s total)
+    (r"GB200", GpuPeaks(model="GB200", memory_gbps=8000, nvlink_gbps=900, pcie_gen=6,
+                        tflops=_GB200, all_reduce_busbw_gbps=680, host_link_gbps=450)),
+    (r"B200", GpuPeaks(model="B200", memory_gbps=8000, nvlink_gbps=900, pcie_gen=5,
+                       tflops=_B200, all_reduce_busbw_gbps=682)),
     (r"L40S", GpuPeaks(model="L40S", memory_gbps=864, pcie_gen=4, tflops=_L40S)),
 ]  # fmt: skip
 
