@@ -44,36 +44,60 @@ def _table(d: np.ndarray, probes: list[str]) -> pd.DataFrame:
     )
 
 
-def simulate(effects: np.ndarray, rng: np.random.Generator, max_pairs: int = 4) -> pd.DataFrame:
-    """One sequential check on synthetic pairs: noise per probe as measured here, `effects`
-    the true log slowdown of each case; pairs added until the check may stop."""
+SHARED = 0.8  # share of a case's noise variance its probe's other cases have in the same launch
+
+
+def simulate(
+    effects: np.ndarray, rng: np.random.Generator, max_pairs: int = 4, min_pairs: int = 3
+) -> pd.DataFrame:
+    """One sequential check on synthetic pairs: noise per probe as measured here, most of it
+    shared by the probe's cases within a launch (a launch moves all its cases together),
+    `effects` the true log slowdown of each case; pairs added until the check may stop."""
     probes = [p for p, (count, _) in NOISE.items() for _ in range(count)]
     sd = np.array([NOISE[p][1] for p in probes])
+    index = {p: i for i, p in enumerate(NOISE)}
     d = np.empty((len(probes), 0))
     for n in range(1, max_pairs + 1):
-        d = np.column_stack([d, rng.normal(effects, sd)])
+        shared = rng.normal(size=len(NOISE))[[index[p] for p in probes]]
+        own = rng.normal(size=len(probes))
+        noise = math.sqrt(SHARED) * shared + math.sqrt(1 - SHARED) * own
+        d = np.column_stack([d, effects + sd * noise])
         table = judge(_table(d, probes), min_effect=DELTA, alpha=ALPHA, max_pairs=max_pairs)
-        if finished(table, n, 3, max_pairs):
+        if finished(table, n, min_pairs, max_pairs):
             return table
     raise AssertionError("unreachable")
 
 
 def test_sequential_false_alarms_stay_under_alpha_and_power_is_reported() -> None:
-    """500 checks of 21 unchanged cases, stopping as the check does: a false alarm (any
+    """1000 checks of 21 unchanged cases, stopping as the check does: a false alarm (any
     regression) in at most alpha of them. Then 1.20x on the two memory cases: power."""
     rng = np.random.default_rng(2026)
     size = sum(count for count, _ in NOISE.values())
     alarms = sum(
-        (simulate(np.zeros(size), rng)["verdict"] == "regression").any() for _ in range(500)
+        (simulate(np.zeros(size), rng)["verdict"] == "regression").any() for _ in range(1000)
     )
-    assert alarms / 500 <= ALPHA, alarms
+    assert alarms / 1000 <= ALPHA / 5, alarms  # what the simulation gives: 0.1% to 0.3%
     slowed = np.zeros(size)
     slowed[9:11] = math.log(1.2)  # the memory probe's cases
     found = [simulate(slowed, rng) for _ in range(200)]
     named = [set(t.index[t["verdict"] == "regression"]) for t in found]
     power = sum(n == {9, 10} for n in named) / len(named)
-    assert power >= 0.9, f"power at 1.20x: {power:.2f}"  # what the simulation gives: ~0.97
-    assert not any(n - {9, 10} for n in named)  # never an unchanged case named
+    assert power >= 0.9, f"power at 1.20x: {power:.2f}"  # what the simulation gives: ~0.95
+    wrongly = sum(bool(n - {9, 10}) for n in named)  # an unchanged case named beside them
+    # what 1000 such checks give: 1 (0.1%); these 200 happen to hold 3
+    assert wrongly <= 0.02 * len(named), wrongly
+
+
+def test_two_pairs_do_not_buy_the_pools_degrees_of_freedom() -> None:
+    """Stopped at 2 pairs, a case's pool shares its launches, so it may not count for more
+    than the case's one degree of freedom: unchanged checks stay quiet (with the pool at full
+    weight, 3% of them named a regression)."""
+    rng = np.random.default_rng(11)
+    size = sum(count for count, _ in NOISE.values())
+    checks = [simulate(np.zeros(size), rng, max_pairs=2, min_pairs=2) for _ in range(1000)]
+    alarms = sum((t["verdict"] == "regression").any() for t in checks)
+    assert alarms / 1000 <= 0.01, alarms
+    assert all(t["pairs"].max() == 2 for t in checks)
 
 
 def test_a_clear_change_stops_early_and_noise_stays_undecided() -> None:
@@ -158,12 +182,13 @@ def test_ab_end_to_end_names_the_case_a_candidate_environment_slows(tmp_path: Pa
     """Two real A/B checks on gloo with the memory and compute probes: the same interpreter
     and environment on both sides passes; a candidate that caps MKL at SSE4.2 (a real
     environment setting that makes every matmul do its work with narrower instructions) is
-    named on the compute cases, and only those."""
+    named on the compute cases, and only those. The minimum effect is 15%: a busy CI
+    machine's launches drift a few percent, the capped matmuls run at under half speed."""
     if not _mkl_slows_matmul():
         pytest.skip("MKL_ENABLE_INSTRUCTIONS=SSE4_2 does not slow matmuls on this CPU")
     common = ["check", "--reference-python", sys.executable, "--device", "cpu", "--probes",
               "compute,memory", "--min-pairs", "2", "--max-pairs", "2", "--seed", "1",
-              "--format", "json"]  # fmt: skip
+              "--min-effect", "15", "--format", "json"]  # fmt: skip
     same = gp(*common, "--out", tmp_path / "same")
     assert same.code == 0, same.err
     data = json.loads(same.out)

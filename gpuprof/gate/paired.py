@@ -9,8 +9,11 @@ is worse (a time that grew, a bandwidth that shrank). With n pairs:
 - its standard error is s / sqrt(n), s the spread of d moderated toward the typical spread of
   the same probe's cases in this check (the pool's median variance weighs PRIOR_PAIRS pairs,
   as limma moderates variances: a probe's cases share its launches' noise, e.g. every DDP
-  metric of a launch moves together), with Student's t at n - 1 (+ PRIOR_PAIRS) degrees of
-  freedom. Student's t, not a bootstrap: a check has 3 to
+  metric of a launch moves together), with Student's t at n - 1 plus the prior's weight
+  degrees of freedom. Because the pool's cases share their launches, the pool cannot know
+  more than one case does: its weight is PRIOR_PAIRS but never more than the case's own
+  n - 1 (after 2 pairs a claim stands on 2 degrees of freedom, not 4). Student's t, not a
+  bootstrap: a check has 3 to
   10 pairs, too few for a bootstrap's interval to hold its level, and log ratios of run
   medians are close to normal;
 - **regression**: the one-sided interval at 1 - alpha / M (Bonferroni over the M compared
@@ -24,8 +27,9 @@ fit inside the minimum effect, and too close to no change to ever pass it); what
 undecided at the end is "inconclusive". A regression is claimed only beyond the minimum effect,
 so an unchanged case would have to be measured more than the minimum effect worse, beyond its
 own interval, to be named: looking after every pair costs little. Simulated with this
-machine's noise (tests/test_gate_ab.py): 1 of 500 unchanged checks named a regression; with
-every case at exactly the minimum effect, 3% of checks did.
+machine's noise, shared by a probe's cases within a launch (tests/test_gate_ab.py): 2 of 1000
+unchanged checks named a regression (3 to 4 pairs); stopped at 2 pairs, 1 of 1000; with every
+case at exactly the minimum effect, 3% of checks did.
 """
 
 from __future__ import annotations
@@ -92,8 +96,8 @@ def _moderated_variance(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     pools = table.assign(v=own).groupby("probe")["v"]
     typical = pools.transform("median").to_numpy(float)
     pooled = (pools.transform("count").to_numpy(float) >= MIN_POOL) & ~np.isnan(typical)
-    prior = np.where(pooled, PRIOR_PAIRS, 0.0)
     weight = np.maximum(n - 1, 0)
+    prior = np.where(pooled, np.minimum(PRIOR_PAIRS, weight), 0.0)
     variance = (weight * np.nan_to_num(own) + prior * np.nan_to_num(typical)) / np.maximum(
         weight + prior, 1
     )
