@@ -41,8 +41,11 @@ def measure(out: Path, nodes: int, rate: str) -> None:
 
 def main() -> int:
     from gpuprof.analysis.summary import Analyzed
+    from gpuprof.predict.collectives import links_for, predict_collective
+    from gpuprof.predict.ddp import ddp_basis, predict_ddp
     from gpuprof.predict.fits import fit_collectives
-    from gpuprof.predict.predictions import scaling
+    from gpuprof.predict.network import FitNetwork
+    from gpuprof.predict.pipeline import pipeline_bases, predict_pipeline
     from gpuprof.runs.store import open_run
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,30 +63,30 @@ def main() -> int:
     fits, _ = fit_collectives(fitted.summary("collectives"))
     print(f"fitted on {shapes[0]} nodes; held out: {held}")
     for op in ("all_reduce", "all_gather"):
-        links = scaling.links_for(fits, op, "float32")
+        links = links_for(fits, op, "float32")
         errors = []
         for n in held:
             rows = runs[n].summary("collectives")
             rows = rows[(rows["op"] == op) & (rows["size_bytes"] >= 1 << 20)]
             for size, group in rows.groupby("size_bytes"):
-                got = scaling.predict_collective(links, op, n, 1, float(size), "gloo")
+                got = predict_collective(links, op, n, 1, float(size), "gloo")
                 measured = float(group["busbw_gbps"].min())
                 errors.append(got.busbw_gbps / measured - 1)
                 print(f"  {op} n={n} {size / 2**20:.1f} MiB: predicted {got.busbw_gbps * 1e3:.2f}"
                       f" MB/s, measured {measured * 1e3:.2f}: {errors[-1]:+.1%}")  # fmt: skip
         print(f"{op}: worst |predicted/measured - 1| = {max(abs(e) for e in errors):.1%}")
-    basis = scaling.ddp_basis(fitted.summary("ddp"), 1)
-    links = scaling.links_for(fits, "all_reduce", "float32")
+    basis = ddp_basis(fitted.summary("ddp"), 1)
+    links = links_for(fits, "all_reduce", "float32")
     worst = 0.0
     for n in held:
         ddp = runs[n].summary("ddp")
         measured = float(ddp[ddp["scope"] == "global"]["step_us"].iloc[0])
-        got = scaling.predict_ddp(basis, links, n, 1, "gloo")
+        got = predict_ddp(basis, FitNetwork(links), n, 1, "gloo")
         worst = max(worst, abs(got.step_us / measured - 1))
         print(f"  ddp n={n}: predicted {got.step_us / 1e3:.1f} ms, measured "
               f"{measured / 1e3:.1f}: {got.step_us / measured - 1:+.1%}")  # fmt: skip
     print(f"ddp step: worst {worst:.1%}")
-    bases = {b.schedule: b for b in scaling.pipeline_bases(fitted.summary("pipeline"))}
+    bases = {b.schedule: b for b in pipeline_bases(fitted.summary("pipeline"))}
     for label, own in (
         ("from the fitted run's stage times", False),
         ("with own stage times", True),
@@ -99,7 +102,7 @@ def main() -> int:
                     basis_p = dataclasses.replace(
                         fitted_basis, t_f=row["t_f_us"], t_b=row["t_b_us"], t_w=0.0
                     )
-                got = scaling.predict_pipeline(basis_p, int(row["p"]), int(row["m"]))
+                got = predict_pipeline(basis_p, int(row["p"]), int(row["m"]))
                 if got is None:
                     continue
                 err = got[0] / row["step_us"] - 1

@@ -14,19 +14,11 @@ import pandas as pd
 import pytest
 
 from gpuprof.errors import UsageError
+from gpuprof.predict.collectives import Link, Links, WhatIf, links_for, predict_collective
+from gpuprof.predict.ddp import DDPBasis, ddp_buckets, predict_ddp
 from gpuprof.predict.fits import Fit, Piece, fit_alpha_beta, fit_collectives
-from gpuprof.predict.scaling import (
-    DDPBasis,
-    Link,
-    Links,
-    WhatIf,
-    ddp_buckets,
-    links_for,
-    pipeline_bases,
-    predict_collective,
-    predict_ddp,
-    predict_pipeline,
-)
+from gpuprof.predict.network import FitNetwork
+from gpuprof.predict.pipeline import pipeline_bases, predict_pipeline
 
 SIZES = [float(1 << k) for k in range(10, 29)]  # 1 KiB .. 256 MiB
 
@@ -173,7 +165,7 @@ def _basis(**changes: Any) -> DDPBasis:
     return DDPBasis(**values)
 
 
-LINKS = Links(inter=Link(pieces=((math.inf, 50.0, 1.0),), rel=0.02, source="inter"))
+LINKS = FitNetwork(Links(inter=Link(pieces=((math.inf, 50.0, 1.0),), rel=0.02, source="inter")))
 
 
 def test_ddp_reproduces_its_measured_shape_and_loses_efficiency_with_nodes() -> None:
@@ -189,7 +181,7 @@ def test_ddp_what_ifs_move_the_step_the_right_way() -> None:
     basis = _basis()
     plain = predict_ddp(basis, LINKS, 16, 1, "gloo")
     half = predict_ddp(basis, LINKS, 16, 1, "gloo", WhatIf(grad_bytes=2))
-    fast = predict_ddp(basis, LINKS, 16, 1, "gloo", WhatIf(network_gbps=80.0))
+    fast = predict_ddp(basis, LINKS, 16, 1, "gloo", WhatIf(nic_gbps=80.0))
     accum = predict_ddp(basis, LINKS, 16, 1, "gloo", WhatIf(accum=4))
     bigger = predict_ddp(basis, LINKS, 16, 1, "gloo", WhatIf(compute_scale=10.0, grad_params=10**8))
     assert half.exposed_us < plain.exposed_us and fast.exposed_us < plain.exposed_us
@@ -256,30 +248,35 @@ def test_predict_command_on_a_real_run(dp_run: Path, gp: Any) -> None:
     assert result.code == 0, result.err
     assert "Fits (time = alpha + size / beta" in result.out
     assert "DDP step, predicted" in result.out and "bf16 gradients" in result.out
-    # one node measured: more than one node needs a network figure, and says so
-    assert "cannot predict more than one node (give --network-gbps or --hardware)" in result.out
-    as_json = gp("predict", str(dp_run), "--nodes", "1,4", "--network-gbps", "10",
+    # one node measured: more than one node needs a network figure, and says so once
+    hint = "across nodes: cannot predict more than one node (give --nic-gbps (and --nics) or"
+    assert result.out.count(hint) == 1
+    as_json = gp("predict", str(dp_run), "--nodes", "1,4", "--nic-gbps", "10",
                  "--format", "json")  # fmt: skip
     data = json.loads(as_json.out)
-    assert {r["nodes"] for r in data["collectives"]} == {1}
-    assert [r["scenario"] for r in data["whatifs"]] == ["network 10 Gbit/s"]
-    assert data["whatifs"][0]["nodes"] == 4 and data["whatifs"][0]["gain_pct"] is None
-    (one,) = data["ddp"]
+    # the NIC rate is the network of every table at every node count
+    assert {r["nodes"] for r in data["collectives"]} == {1, 4}
+    assert {r["source"] for r in data["collectives"] if r["nodes"] == 4} == {"run + --nic-gbps"}
+    assert [r["nodes"] for r in data["ddp"]] == [1, 4]
+    assert data["whatifs"][0]["nodes"] == 4 and data["whatifs"][0]["scenario"] == "baseline"
+    assert sum("one NIC per GPU of 10 Gbit/s" in n for n in data["notes"]) == 1
+    (one,) = [r for r in data["ddp"] if r["nodes"] == 1]
     measured = Analyzed(open_run(dp_run)).summary("ddp")
-    step = measured[measured["scope"] == "global"]["step_us"].iloc[0] / 1e3
-    # its own shape gives back what the run measured: the step without its all_reduce + its
-    # A/B cost (at most the all_reduces alone); against the median step (a median of another
-    # quantity) it once missed by 40% on a busy machine
-    from gpuprof.predict.scaling import ddp_basis
+    step = measured[measured["scope"] == "global"]["step_us"].iloc[0]
+    # its own shape gives back what the run measured: the step without its all_reduce + what
+    # the all_reduce added to the median step (at most the all_reduces alone)
+    from gpuprof.predict.ddp import ddp_basis
 
     basis = ddp_basis(measured, 2)
+    assert basis.base_us + basis.cost_us == pytest.approx(step)
     exposed = max(0.0, min(basis.cost_us, basis.comm_only_us))
     assert one["step_ms"] == pytest.approx((basis.base_us + exposed) / 1e3, rel=1e-6)
-    assert step > 0
+    if basis.cost_us <= basis.comm_only_us:
+        assert one["step_ms"] == pytest.approx(step / 1e3, rel=1e-6)
     wider = json.loads(gp("predict", str(dp_run), "--nodes", "1", "--gpus", "8",
                           "--model-params", "20M", "--format", "json").out)  # fmt: skip
     assert wider["ddp"][0]["world_size"] == 8 and wider["ddp"][0]["step_ms"] > one["step_ms"]
-    assert {r["p"] for r in data["pipeline"]} == {2, 4, 8, 16}
+    assert {(r["nodes"], r["p"]) for r in data["pipeline"]} == {(1, 2), (4, 8)}
 
 
 def test_fit_pieces_cover_every_size() -> None:
@@ -292,3 +289,33 @@ def test_fit_pieces_cover_every_size() -> None:
     assert fit.time_us(1024) == pytest.approx(1.0 + 1024 / 1e3)
     assert fit.time_us(1 << 40) == pytest.approx(2.0 + (1 << 40) / 2e3)
     assert fit.switch_bytes == 1024 and fit.alpha_us == 1.0 and fit.beta_gbps == 2.0
+
+
+def test_predict_on_a_preset_from_a_one_node_cpu_run(dp_run: Path, gp: Any) -> None:
+    """The main flow: measure one node, predict the cluster on a described system. Every
+    table has every node count, the collectives come from the preset (NCCL's model, its
+    choice per row), and each cause is said once."""
+    nodes = [1, 2, 4, 16, 128]
+    out = gp("predict", str(dp_run), "--hardware", "dgx-h100", "--nodes", "1,2,4,16,128",
+             "--format", "json")  # fmt: skip
+    assert out.code == 0, out.err
+    data = json.loads(out.out)
+    assert data["gpus_per_node"] == 8 and data["backend"] == "nccl"
+    for op in ("all_reduce", "all_gather"):
+        rows = [r for r in data["collectives"] if r["op"] == op]
+        assert [r["nodes"] for r in rows] == nodes
+        assert {r["source"] for r in rows} == {"preset dgx-h100"}
+    large = [r for r in data["collectives"] if r["op"] == "all_reduce"]
+    assert large[0]["algorithm"].startswith("nvls")  # one H100 node: NVLink SHARP
+    assert [r["nodes"] for r in data["ddp"]] == nodes
+    assert {r["nodes"] for r in data["pipeline"]} == set(nodes)
+    assert len(data["notes"]) == len(set(data["notes"])) <= 3
+    assert not any("cannot predict" in n for n in data["notes"])
+    # another kind of device, and this run has no matmul rate to scale its compute by: said
+    assert any("no float32 matmul rate" in n for n in data["notes"])
+    given = json.loads(gp("predict", str(dp_run), "--hardware", "dgx-h100", "--nodes", "1",
+                          "--compute-ms", "2", "--format", "json").out)  # fmt: skip
+    first = given["ddp"][0]  # 8 GPUs; the one-GPU step (step x efficiency) is as given
+    assert first["step_ms"] * first["efficiency"] == pytest.approx(2.0, rel=1e-6)
+    text = gp("predict", str(dp_run), "--hardware", "dgx-h100", "--nodes", "2").out
+    assert "preset dgx-h100" in text and "nvls_tree/Simple" in text

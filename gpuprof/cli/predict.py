@@ -11,7 +11,7 @@ import click
 
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.machine.hardware import NODES
+from gpuprof.machine.systems import PRESETS
 from gpuprof.params import ints
 from gpuprof.specs.ddp import block_params
 from gpuprof.units import parse_count, parse_size_list
@@ -57,8 +57,18 @@ def _positive(name: str, value: float | None) -> float | None:
 @click.option(
     "--compute-ms", type=float, help="one rank's step (forward, backward, optimizer) on the target"
 )
-@click.option("--hardware", type=click.Choice(sorted(NODES)), help="a node preset to predict on")
-@click.option("--network-gbps", type=float, help="what-if: each inter-node link (NIC) in Gbit/s")
+@click.option(
+    "--hardware",
+    metavar="PRESET|FILE.toml",
+    help=f"predict on this system: {', '.join(PRESETS)}, or a .toml of your own",
+)
+@click.option("--nic-gbps", type=float, help="each NIC's line rate in Gbit/s (with --nics)")
+@click.option(
+    "--nics",
+    type=click.IntRange(1, 1024),
+    help="NICs per node [default: the preset's, or 1 per GPU]",
+)
+@click.option("--network-gbps", type=float, hidden=True, help="deprecated: --nic-gbps")
 @click.option("--intra-gbps", type=float, help="what-if: each link inside a node in Gbit/s")
 @click.option("--grad-dtype", type=click.Choice(["bf16", "fp16"]), help="what-if: 16-bit gradients")
 @click.option("--bucket-mb", type=float, help="what-if: DDP bucket size")
@@ -70,9 +80,10 @@ def _positive(name: str, value: float | None) -> float | None:
 @out_option
 def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
     """Predict collectives, the DDP step and the pipeline step at other node counts, on other
-    hardware or for another model, from a run's own fits (alpha-beta per op and link).
+    hardware or for another model: from the run's own fits (alpha-beta per op and link), or
+    on a described system (--hardware) under NCCL's own cost model.
 
-    Example: gpuprof predict latest --nodes 2,8,32 --network-gbps 400 --grad-dtype bf16
+    Example: gpuprof predict latest --hardware dgx-h100 --nodes 1,2,4,16,128
     """
     # deferred: loads pandas
     from gpuprof.analysis.summary import Analyzed
@@ -80,8 +91,13 @@ def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
     from gpuprof.predict.whatifs import DEFAULT_NODES, PredictRequest
     from gpuprof.runs.store import open_run
 
-    for name in ("compute_ms", "network_gbps", "intra_gbps", "bucket_mb"):
+    if kw["network_gbps"] is not None:
+        click.echo("gpuprof: --network-gbps is now --nic-gbps (per NIC; --nics per node)", err=True)
+        kw["nic_gbps"] = kw["nic_gbps"] or kw["network_gbps"]
+    for name in ("compute_ms", "nic_gbps", "intra_gbps", "bucket_mb"):
         _positive("--" + name.replace("_", "-"), kw[name])
+    if kw["nics"] is not None and kw["nic_gbps"] is None and kw["hardware"] is None:
+        raise UsageError("--nics needs --nic-gbps (or --hardware)", "e.g. --nic-gbps 400 --nics 8")
     if (kw["hidden"] is None) != (kw["layers"] is None):
         raise UsageError("--hidden and --layers go together", "or give --model-params")
     if kw["hidden"] is not None and kw["hidden"] % 64:
@@ -106,7 +122,8 @@ def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
         model_params=params,
         compute_ms=kw["compute_ms"],
         hardware=kw["hardware"],
-        network_gbps=kw["network_gbps"],
+        nic_gbps=kw["nic_gbps"],
+        nics=kw["nics"],
         intra_gbps=kw["intra_gbps"],
         grad_dtype=kw["grad_dtype"],
         bucket_mb=kw["bucket_mb"],

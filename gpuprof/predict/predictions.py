@@ -1,38 +1,44 @@
 """`gpuprof predict`: what a run's measurements say about other cluster shapes, hardware and
-models (docs/methodology.md, "Scaling predictions"). No torch: the fits and models live in
-gpuprof.predict.fits and gpuprof.predict.scaling; this module turns a run and the options
-into scenarios and tables.
+models (docs/prediction.md). No torch: the fits, networks and models live in
+gpuprof.predict.fits, .network, .nccl, .ddp and .pipeline; this module turns a run and the
+options into scenarios and tables.
 
-The baseline is the run's hardware and model, or another model (--model-params, --hidden and
---layers, --compute-ms). Each other option is a what-if row beside it (--hardware,
---network-gbps, --intra-gbps, --grad-dtype, --bucket-mb, --accum), all of them together when
+The baseline is the run's hardware (or the system --hardware describes) and its model (or
+another: --model-params, --hidden and --layers, --compute-ms); a one-node run's network is
+--nic-gbps where given. Each other option is a what-if row beside it (--nic-gbps on a run that
+crossed nodes, --intra-gbps, --grad-dtype, --bucket-mb, --accum), all of them together when
 more than one is given; without any, the candidate knobs the advice compares: the network
-twice as fast, 16-bit gradients, 100 MB buckets, 4 accumulation steps.
+twice as fast (a run that crossed nodes), 16-bit gradients, 100 MB buckets, 4 accumulation
+steps.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
+from gpuprof.machine.systems import System, load_system
+from gpuprof.predict.assumptions import assumptions, source_note
+from gpuprof.predict.collectives import WhatIf, links_for
+from gpuprof.predict.ddp import DDPBasis, ddp_basis, predict_ddp
 from gpuprof.predict.fits import Fit, fit_collectives, fits_frame
-from gpuprof.predict.scaling import (
-    DDPBasis,
-    Links,
-    WhatIf,
-    ddp_basis,
-    links_for,
-    pipeline_bases,
-    predict_collective,
-    predict_ddp,
-    predict_pipeline,
+from gpuprof.predict.nccl import OPS
+from gpuprof.predict.network import FitNetwork, MixedNetwork, Network, SystemNetwork
+from gpuprof.predict.pipeline import pipeline_bases, predict_pipeline
+from gpuprof.predict.whatifs import (
+    PredictRequest,
+    baseline_network,
+    hardware_change,
+    knobs,
+    merge,
+    model_change,
+    same_hardware,
 )
-from gpuprof.predict.whatifs import PredictRequest, knobs, merge, model_change
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
 from gpuprof.specs.ddp import SPEC as _DDP
 from gpuprof.specs.pipeline import SPEC as _PIPELINE
@@ -90,17 +96,22 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
     """Every prediction the run supports; a UsageError when it supports none."""
     info = analyzed.info
     backend = str(info.get("backend") or "gloo")
-    gpus = request.gpus or int(info.get("gpus_per_node") or 1)
+    system = load_system(request.hardware) if request.hardware else None
+    gpus = (
+        request.gpus
+        or (system.gpus_per_node if system else 0)
+        or int(info.get("gpus_per_node") or 1)
+    )
     if any(n < 1 for n in request.nodes) or gpus < 1:
         raise UsageError("--nodes and --gpus must be at least 1")
     notes: list[str] = []
     fits: list[Fit] = []
     if analyzed.has(COLLECTIVES):
         fits, notes = fit_collectives(analyzed.summary(COLLECTIVES))
-    if not fits:
+    if not fits and system is None:
         raise UsageError(
             "the run has no collective measured at 2 or more sizes: nothing to fit",
-            "run a sweep with the collectives probe (e.g. gpuprof run collectives -b 1K -e 16M)",
+            "run a sweep with the collectives probe, or predict on a system (--hardware)",
         )
     basis = None
     if analyzed.has(DDP):
@@ -108,10 +119,33 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
             basis = ddp_basis(analyzed.summary(DDP), int(info.get("gpus_per_node") or 1))
         except UsageError as exc:
             notes.append(f"DDP not predicted: {exc.message}")
-    links = {(f.op, f.dtype): links_for(fits, f.op, f.dtype) for f in fits}
-    collectives = _collectives(analyzed, request, links, backend, gpus, notes)
-    ddp, whatifs, crossings = _ddp(analyzed, request, basis, links, backend, gpus, notes)
-    pipeline = _pipeline(analyzed, request, notes)
+    same = system is not None and same_hardware(analyzed, system)
+    if system is not None:
+        backend = "nccl"
+        notes.append(source_note(system, same))
+    nets = {
+        (f.op, f.dtype): _network(
+            FitNetwork(links_for(fits, f.op, f.dtype)), system, same, request, notes
+        )
+        for f in fits
+    }
+    if system is not None:  # every op NCCL has, in float32, whether the run measured it or not
+        for op in OPS:
+            nets.setdefault((op, "float32"), _network(None, system, same, request, notes))
+    collectives = _collectives(analyzed, request, nets, backend, gpus, notes)
+    ddp, whatifs, crossings = _ddp(
+        analyzed, request, basis, nets.get(("all_reduce", "float32")), backend, gpus, system, notes
+    )
+    scale = None
+    if system is not None and not same:
+        scale = hardware_change(request, analyzed, system).compute_scale
+        if scale is None and request.compute_ms is None:
+            notes.append(
+                "DDP and pipeline compute kept as the run measured it: it has no float32 "
+                "matmul rate to scale by (run the compute probe, or give --compute-ms)"
+            )
+    other = None if system is None or same else (scale or 1.0)
+    pipeline = _pipeline(analyzed, request, gpus, other, notes)
     return Prediction(
         backend=backend,
         gpus=gpus,
@@ -122,28 +156,49 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
         whatifs=whatifs,
         pipeline=pipeline,
         crossings=crossings,
-        assumptions=assumptions(backend, basis, request),
+        assumptions=assumptions(backend, basis, request, system),
         notes=notes,
     )
+
+
+def _network(
+    fitted: FitNetwork | None,
+    system: System | None,
+    same: bool,
+    request: PredictRequest,
+    notes: list[str],
+) -> Network:
+    """The baseline network of an op: the preset (the run's fits inside the node where they
+    measured the same hardware), else the run's fits, with --nic-gbps as the network where the
+    run crossed none."""
+    if system is not None:
+        preset = SystemNetwork(system)
+        return MixedNetwork(run=fitted, system=preset) if same and fitted else preset
+    assert fitted is not None
+    return baseline_network(fitted, request, notes)
 
 
 def _collectives(
     analyzed: Analyzed,
     request: PredictRequest,
-    links: dict[tuple[str, str], Links],
+    nets: dict[tuple[str, str], Network],
     backend: str,
     gpus: int,
     notes: list[str],
 ) -> pd.DataFrame:
     rows = []
-    for (op, dtype), op_links in sorted(links.items()):
-        measured = analyzed.summary(COLLECTIVES)
-        own = measured[(measured["op"] == op) & (measured["dtype"] == dtype)]
-        sizes = request.sizes or (int(own["size_bytes"].max()),)
+    measured = analyzed.summary(COLLECTIVES) if analyzed.has(COLLECTIVES) else None
+    for (op, dtype), net in sorted(nets.items()):
+        own = (
+            measured[(measured["op"] == op) & (measured["dtype"] == dtype)]
+            if measured is not None
+            else None
+        )
+        largest = int(own["size_bytes"].max()) if own is not None and len(own) else 1 << 30
         for nodes in request.nodes:
-            for size in sizes:
+            for size in request.sizes or (largest,):
                 try:
-                    got = predict_collective(op_links, op, nodes, gpus, size, backend)
+                    got = net.collective(op, nodes, gpus, size, backend)
                 except UsageError as exc:
                     if nodes * gpus > 1:
                         _note(notes, exc.one_line())
@@ -160,17 +215,18 @@ def _collectives(
                         "busbw_low": got.busbw_gbps / (1 + got.rel),
                         "busbw_high": got.busbw_gbps * (1 + got.rel),
                         "algorithm": got.algorithm,
+                        "source": got.source,
                     }
                 )
     return pd.DataFrame(rows)
 
 
 def _ddp_rows(
-    basis: DDPBasis, links: Links, backend: str, gpus: int, nodes: tuple[int, ...], change: WhatIf
+    basis: DDPBasis, net: Network, backend: str, gpus: int, nodes: tuple[int, ...], change: WhatIf
 ) -> list[dict[str, Any]]:
     rows = []
     for n in nodes:
-        step = predict_ddp(basis, links, n, gpus, backend, change)
+        step = predict_ddp(basis, net, n, gpus, backend, change)
         rows.append(
             {
                 "scenario": change.label,
@@ -192,41 +248,44 @@ def _ddp(
     analyzed: Analyzed,
     request: PredictRequest,
     basis: DDPBasis | None,
-    links: dict[tuple[str, str], Links],
+    net: Network | None,
     backend: str,
     gpus: int,
+    system: System | None,
     notes: list[str],
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[float, int | None]]:
     empty = pd.DataFrame()
     crossings: dict[float, int | None] = {}
-    ar = links.get(("all_reduce", "float32"))
-    if basis is None or ar is None:
+    if basis is None or net is None:
         if basis is not None:
             notes.append("DDP not predicted: the run has no float32 all_reduce fit")
         return empty, empty, crossings
     base = model_change(request, basis)
+    if system is not None and not same_hardware(analyzed, system):
+        hardware = hardware_change(request, analyzed, system)
+        base = replace(merge(base, hardware, request.compute_ms is not None), label=base.label)
     rows = []
     for nodes in request.nodes:
         try:
-            rows += _ddp_rows(basis, ar, backend, gpus, (nodes,), base)
+            rows += _ddp_rows(basis, net, backend, gpus, (nodes,), base)
         except UsageError as exc:
-            _note(notes, f"DDP at {nodes} node(s) not predicted: {exc.one_line()}")
+            _note(notes, exc.one_line())  # the collectives' cause: said once
     ddp = pd.DataFrame(rows)
     for mark in EFFICIENCY_MARKS:
         below = ddp[ddp["efficiency"] < mark] if not ddp.empty else ddp
         crossings[mark] = int(below["nodes"].min()) if not below.empty else None
-    at = max(request.nodes)
-    fixed = request.compute_ms is not None
+    # the what-ifs at the most nodes the baseline reached
+    at = int(ddp["nodes"].max()) if not ddp.empty else max(request.nodes)
     ours = ddp[ddp["nodes"] == at] if not ddp.empty else ddp
     reference: dict[str, Any] | None = None
     if not ours.empty:
         reference = {str(k): v for k, v in ours.iloc[0].to_dict().items()}
     what: list[dict[str, Any]] = [{**reference, "gain_pct": 0.0}] if reference else []
-    for change in knobs(request, analyzed, basis, ar):
+    for change in knobs(request, basis, net):
         try:
-            row = _ddp_rows(basis, ar, backend, gpus, (at,), merge(base, change, fixed))[0]
+            row = _ddp_rows(basis, net, backend, gpus, (at,), merge(base, change, True))[0]
         except UsageError as exc:
-            _note(notes, f"what-if {change.label}: {exc.one_line()}")
+            _note(notes, exc.one_line())
             continue
         ref = reference["samples_per_s"] if reference else math.nan
         row["gain_pct"] = 100 * (row["samples_per_s"] / ref - 1)
@@ -239,7 +298,17 @@ def _note(notes: list[str], line: str) -> None:
         notes.append(line)
 
 
-def _pipeline(analyzed: Analyzed, request: PredictRequest, notes: list[str]) -> pd.DataFrame:
+def _pipeline(
+    analyzed: Analyzed,
+    request: PredictRequest,
+    gpus: int,
+    scale: float | None,
+    notes: list[str],
+) -> pd.DataFrame:
+    """Per node count, a pipeline of one stage per GPU (p = nodes x gpus), each stage the size
+    the run measured, at m = p, 2p, 4p (or --micro-batches). On another kind of device
+    (`scale`: its compute against the run's) the stage times are scaled and the run's excess
+    over theory (its send/recv and framework time) is not carried over."""
     if not analyzed.has(PIPELINE):
         return pd.DataFrame()
     bases = pipeline_bases(analyzed.summary(PIPELINE))
@@ -248,8 +317,18 @@ def _pipeline(analyzed: Analyzed, request: PredictRequest, notes: list[str]) -> 
         return pd.DataFrame()
     rows = []
     for basis in bases:
-        for p in (basis.p, 2 * basis.p, 4 * basis.p, 8 * basis.p):
-            # the what-if: other micro-batch counts against m = p, in micro-batches per second
+        if scale is not None:
+            basis = replace(
+                basis,
+                t_f=basis.t_f * scale,
+                t_b=basis.t_b * scale,
+                t_w=basis.t_w * scale,
+                fill_us=0.0,
+                per_mb_us=0.0,
+                measured={},
+            )
+        for nodes in request.nodes:
+            p = max(2, nodes * gpus)
             reference = predict_pipeline(basis, p, p)
             for m in request.micro_batches or (p, 2 * p, 4 * p):
                 got = predict_pipeline(basis, p, m)
@@ -259,6 +338,7 @@ def _pipeline(analyzed: Analyzed, request: PredictRequest, notes: list[str]) -> 
                     {
                         "gain_pct": 100 * ((m / got[0]) / (p / reference[0]) - 1),
                         "schedule": basis.schedule,
+                        "nodes": nodes,
                         "p": p,
                         "m": m,
                         "v": basis.v,
@@ -270,51 +350,6 @@ def _pipeline(analyzed: Analyzed, request: PredictRequest, notes: list[str]) -> 
                     }
                 )
     return pd.DataFrame(rows)
-
-
-def assumptions(backend: str, basis: DDPBasis | None, request: PredictRequest) -> list[str]:
-    """What every prediction assumes, said once."""
-    lines = [
-        "Collectives: time = hops x per-hop latency + bus factor x size / per-link bandwidth, "
-        "both from the run's alpha-beta fits. "
-        + (
-            "NCCL all_reduce across nodes with more than one GPU per node: hierarchical "
-            "(reduce_scatter in the node, all_reduce of size/g across nodes on the rails, "
-            "all_gather); every other op a ring."
-            if backend == "nccl"
-            else "gloo: one ring over all ranks, each node's ranks adjacent (it crosses each "
-            "NIC once), on its slowest link and longest hop."
-        ),
-        "Band: the worst relative residual of the fits a prediction uses.",
-    ]
-    if basis is not None:
-        lines.append(
-            f"DDP ({basis.variant}, {basis.num_params:,} parameters measured): weak scaling, "
-            "the batch per rank kept; compute = the step without its all_reduce; exposed = "
-            "the buckets' all_reduces (calibrated to what DDP measured alone) less what the "
-            "backward hid at the run's largest world; on other hardware, what the backward "
-            "cannot hide, the last bucket at least."
-        )
-    if request.model_params:
-        lines.append(
-            "Another model: compute scaled by its parameter count (FLOPs per token are about "
-            "6 x parameters, at the same tokens per rank); gradients of its size."
-        )
-    if request.compute_ms:
-        lines.append("--compute-ms: the one-rank step on the target, as given.")
-    if request.hardware:
-        lines.append(
-            "--hardware: its links as in the preset; compute scaled by the run's float32 "
-            "matmul rate against the preset GPU's, unless --compute-ms gives it."
-        )
-    lines.append(
-        "Pipeline (p = the measured stages x 1, 2, 4, 8): step = the bubble theory with the "
-        "measured per-micro-batch stage times (each stage kept as measured) + the step's "
-        "excess over theory at the measured p, "
-        "fitted as c x (p - 1) + e x m x v (hops on the fill and drain, send/recv per "
-        "micro-batch)."
-    )
-    return lines
 
 
 SINGLE_NODE_RANKS = (1, 2, 4, 8, 16, 32, 64)

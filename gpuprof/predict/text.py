@@ -42,12 +42,18 @@ def fit_rows(fits: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+def _short(algorithm: str) -> str:
+    """The algorithm column: the fits' long descriptions cut to their first word."""
+    return algorithm.split(" (")[0]
+
+
 def format_prediction(found: Prediction) -> str:
     """Every table of a prediction, titled, with the assumptions and notes last."""
     parts = ["Fits (time = alpha + size / beta; busbw = the per-link bandwidth)"]
     parts.append(fixed_width(fit_rows(found.fits), left=3))
     if not found.collectives.empty:
-        rows = [["op", "nodes", "ranks", "size", "time_us", "busbw_GB/s", "band"]]
+        rows = [["op", "nodes", "ranks", "size", "time_us", "busbw_GB/s", "band", "algorithm",
+                 "from"]]  # fmt: skip
         for r in found.collectives.to_dict("records"):
             rows.append(
                 [
@@ -58,6 +64,8 @@ def format_prediction(found: Prediction) -> str:
                     _num(r["time_us"], 4),
                     _num(r["busbw_gbps"]),
                     f"{_num(r['busbw_low'])}-{_num(r['busbw_high'])}",
+                    _short(str(r["algorithm"])),
+                    str(r["source"]),
                 ]
             )
         parts += [f"\nCollectives, predicted ({found.gpus} ranks per node)", fixed_width(rows, 1)]
@@ -96,11 +104,12 @@ def format_prediction(found: Prediction) -> str:
             )
         parts += [f"\nWhat-ifs at {at} nodes, predicted", fixed_width(rows, 1)]
     if not found.pipeline.empty:
-        rows = [["schedule", "p", "m", "v", "step_ms", "bubble%", "vs m=p", "measured_ms"]]
+        rows = [["schedule", "nodes", "p", "m", "v", "step_ms", "bubble%", "vs m=p", "measured_ms"]]
         for r in found.pipeline.to_dict("records"):
             rows.append(
                 [
                     r["schedule"],
+                    str(r["nodes"]),
                     str(r["p"]),
                     str(r["m"]),
                     str(r["v"]),
@@ -110,7 +119,7 @@ def format_prediction(found: Prediction) -> str:
                     _num(r["measured_ms"], 4),
                 ]
             )
-        title = "\nPipeline step, predicted (stage times as measured; vs m=p: micro-batches/s)"
+        title = "\nPipeline step, predicted (one stage per GPU; vs m=p: micro-batches/s)"
         parts += [title, fixed_width(rows, 1)]
     parts.append("\nAssumptions")
     parts += [f"- {line}" for line in found.assumptions]

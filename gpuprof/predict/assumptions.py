@@ -1,0 +1,77 @@
+"""What `gpuprof predict` assumes, said once per prediction: the collectives' model, the DDP
+and pipeline models, and what another kind of device changes."""
+
+from __future__ import annotations
+
+from gpuprof.machine.systems import System
+from gpuprof.predict.ddp import DDPBasis
+from gpuprof.predict.whatifs import PredictRequest
+
+
+def source_note(system: System, same: bool) -> str:
+    """Where the collectives come from on a system: the run's fits or the preset."""
+    if same:
+        return (
+            f"the run measured {system.gpu}: inside one node its own fits; across nodes the "
+            f"preset {system.name} under NCCL's model"
+        )
+    return (
+        f"the run measured another device: collectives from the preset {system.name} under "
+        "NCCL's model; DDP and pipeline compute scaled to its GPU's datasheet ceilings"
+    )
+
+
+def assumptions(
+    backend: str, basis: DDPBasis | None, request: PredictRequest, system: System | None
+) -> list[str]:
+    """What every prediction assumes, said once."""
+    if system is not None:
+        lines = [
+            f"Collectives on {system.name}: NCCL's own cost model (ring, tree, NVLS, NVLS-tree, "
+            "CollNet, PAT; LL, LL128, Simple), the fastest algorithm and protocol per size as "
+            "NCCL would pick, its channels from the preset's NVLink and NICs "
+            "(docs/prediction.md). Band: +-15%, the model's error on published bandwidth rows."
+        ]
+    else:
+        lines = [
+            "Collectives: time = hops x per-hop latency + bus factor x size / per-link "
+            "bandwidth, both from the run's alpha-beta fits. "
+            + (
+                "NCCL all_reduce across nodes with more than one GPU per node: hierarchical "
+                "(reduce_scatter in the node, all_reduce of size/g across nodes on the rails, "
+                "all_gather); every other op a ring."
+                if backend == "nccl"
+                else "gloo: one ring over all ranks, each node's ranks adjacent (it crosses "
+                "each NIC once), on its slowest link and longest hop."
+            ),
+            "Band: the worst relative residual of the fits a prediction uses.",
+        ]
+    if basis is not None:
+        lines.append(
+            f"DDP ({basis.variant}, {basis.num_params:,} parameters measured): weak scaling, "
+            "the batch per rank kept; compute = the step without its all_reduce; exposed = "
+            "the buckets' all_reduces (calibrated to what DDP measured alone) less what the "
+            "backward hid at the run's largest world; on other hardware, what the backward "
+            "cannot hide, the last bucket at least. At the run's own shape: as measured."
+        )
+    if request.model_params:
+        lines.append(
+            "Another model: compute scaled by its parameter count (FLOPs per token are about "
+            "6 x parameters, at the same tokens per rank); gradients of its size."
+        )
+    if request.compute_ms:
+        lines.append("--compute-ms: the one-rank step on the target, as given.")
+    if system is not None:
+        lines.append(
+            f"On {system.name}'s GPU: compute scaled by the run's float32 matmul rate against "
+            "the GPU's datasheet float32 peak, the optimizer by the run's copy bandwidth against "
+            "its memory bandwidth (unless --compute-ms gives the step); the run's framework "
+            "overhead and pipeline send/recv time are not carried to another kind of device."
+        )
+    lines.append(
+        "Pipeline (one stage per GPU: p = nodes x GPUs per node): step = the bubble theory with "
+        "the measured per-micro-batch stage times + the step's excess over theory at the "
+        "measured p, fitted as c x (p - 1) + e x m x v (hops on the fill and drain, send/recv "
+        "per micro-batch)."
+    )
+    return lines

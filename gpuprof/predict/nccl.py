@@ -1,0 +1,395 @@
+"""NCCL's own cost model, in our words: the time of one collective for each algorithm (ring,
+tree, NVLS, NVLS-tree, CollNet, PAT) and protocol (LL, LL128, Simple), and the one NCCL would
+pick (the fastest). docs/prediction.md gives every formula and constant with its source.
+
+Constants: NCCL 2.30.7's tuning model (src/graph/tuning.cc, latencies in microseconds and
+bandwidths in GB/s, 1 GB/s = 1000 bytes/us). What NCCL's topology search would find (its
+"graphs": channels and their per-channel bandwidth inside a node and across nodes) is
+approximated from the system's description: the GPU's NVLink bandwidth (links x NCCL's
+per-link rate), the NICs (line rate, bounded by their PCIe link), each graph's channel count
+times the highest speed of NCCL's speed list the links can carry.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuprof.machine.systems import System
+
+ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOS = ("LL", "LL128", "Simple")
+ARCH_INDEX = {"ampere": 1, "hopper": 2, "blackwell": 3}
+
+# base latency [algo] (LL, LL128, Simple), us
+BASE_LAT = {
+    "tree": (6.8, 14.0, 8.4),
+    "ring": (6.6, 14.0, 8.4),
+    "collnet_direct": (0.0, 0.0, 0.0),
+    "collnet_chain": (0.0, 0.0, 0.0),
+    "nvls": (0.0, 0.0, 0.0),
+    "nvls_tree": (0.0, 0.0, 0.0),
+    "pat": (8.0, 8.0, 8.0),
+}
+# hardware latency [link][algo] (LL, LL128, Simple), us per step
+HW_LAT = {
+    "nvlink": {
+        "tree": (0.6, 1.25, 4.0),
+        "ring": (0.6, 1.9, 3.4),
+        "collnet_direct": (0.0, 0.0, 3.7),
+        "collnet_chain": (0.0, 0.0, 2.8),
+        "nvls": (0.0, 0.0, 25.0),
+        "nvls_tree": (0.0, 0.0, 25.0),
+        "pat": (0.0, 0.0, 4.0),
+    },
+    "pci": {
+        "tree": (1.0, 1.9, 4.0),
+        "ring": (1.0, 2.5, 5.7),
+        "collnet_direct": (0.0, 0.0, 3.7),
+        "collnet_chain": (0.0, 0.0, 2.8),
+        "nvls": (0.0, 0.0, 0.0),
+        "nvls_tree": (0.0, 0.0, 0.0),
+        "pat": (0.0, 0.0, 4.0),
+    },
+    "net": {
+        "tree": (5.0, 8.5, 14.0),
+        "ring": (2.7, 4.0, 14.0),
+        "collnet_direct": (0.0, 0.0, 31.0),
+        "collnet_chain": (0.0, 0.0, 30.0),
+        "nvls": (0.0, 0.0, 18.0),
+        "nvls_tree": (0.0, 0.0, 20.9),
+        "pat": (0.0, 0.0, 14.0),
+    },
+}
+NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+# caps [arch index][1 node, 2 nodes, 3+ nodes], GB/s (per channel except LL_MAX_BW, a total)
+LL_MAX_BW = {1: (87.7, 22.5, 19.0), 2: (141.0, 45.0, 35.0), 3: (282.0, 90.0, 70.0)}
+LL_MAX_BW_NET = {"intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}  # >1 node: by CPU
+RING_LL128_CAP = {1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 36.7), 3: (40.0, 40.0, 40.0)}
+TREE_LL128_CAP = {1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 29.0), 3: (55.6, 31.67, 20.0)}
+TREE_CAP = {1: (24.0, 23.6, 17.8), 2: (38.7, 41.4, 36.0), 3: (70.0, 42.8, 24.0)}
+NVLS_TREE_CAP = {1: (24.0, 23.6, 17.8), 2: (0.0, 57.7, 45.5), 3: (0.0, 96.0, 80.0)}
+# tree all_reduce bandwidth x this, by floor(log2(bytes / 64)) (0: 64 B .. 23: 512 MiB)
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}  # fmt: skip
+# NVLink per link and direction (src/graph/topo.h), GB/s
+NVLINK_LINK_BW = {"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
+# the per-channel speeds NCCL's search tries, inside a node and across (src/graph/search.cc)
+INTRA_SPEEDS = {
+    "ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
+    "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
+    "blackwell": (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18),
+}
+INTER_SPEEDS = {
+    "ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
+    "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
+    "blackwell": (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
+}
+PCIE_X16_BW = {3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}  # NCCL's PCIe x16 rate, GB/s
+MAX_CHANNELS = 32
+NVLS_MAX_HEADS = 32
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+P2P_OPS = ("all_to_all", "sendrecv")  # point to point: no entry in the tuning model
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One algorithm's channels, as NCCL's search would build them: their number and each
+    one's bandwidth inside a node and across nodes (GB/s)."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A predicted collective: time (us), the algorithm and protocol that give it, and the
+    busbw nccl-tests would report."""
+
+    time_us: float
+    algorithm: str
+    protocol: str
+    busbw_gbps: float
+
+
+def nvlink_total(system: System) -> float:
+    """A GPU's NVLink bandwidth per direction as NCCL counts it (links x per-link rate);
+    without NVLink, its PCIe link."""
+    if system.nvlink_links:
+        return system.nvlink_links * NVLINK_LINK_BW[system.arch]
+    return PCIE_X16_BW[5 if system.arch != "ampere" else 4]
+
+
+def nic_bw(system: System) -> float:
+    """One NIC's rate as NCCL sees it (line rate / 8, at most its PCIe x16 link), GB/s."""
+    return min(system.nic_gbps / 8, PCIE_X16_BW[system.nic_pcie_gen])
+
+
+def _best(speeds: tuple[float, ...], limit: float, per_channel_cap: float = math.inf) -> Graph:
+    """The channels x speed the links can carry (`limit` in total, `per_channel_cap` each):
+    the speed of the list that carries the most."""
+    best = (0, 0.0)
+    for speed in speeds:
+        if speed > per_channel_cap:
+            continue
+        count = min(MAX_CHANNELS, int(limit // speed))
+        if count >= 1 and count * speed > best[0] * best[1]:
+            best = (count, float(speed))
+    count, speed = best if best[0] else (1, min(limit, per_channel_cap))
+    return Graph(channels=count, bw_intra=speed, bw_inter=speed)
+
+
+def ring_graph(system: System, nodes: int) -> Graph:
+    """Ring and tree channels: inside one NVLink domain as many channels of one speed as the
+    GPU's NVLink carries (every channel passes through every GPU); across domains each channel
+    also crosses one NIC of each domain, a NIC carrying as many channels as fit its rate."""
+    intra = nvlink_total(system)
+    if nodes == 1:
+        return _best(INTRA_SPEEDS[system.arch], intra)
+    nics, rate = system.nics_per_domain, nic_bw(system)
+    best = Graph(channels=1, bw_intra=0.0, bw_inter=0.0)
+    for speed in INTER_SPEEDS[system.arch]:
+        count = min(MAX_CHANNELS, nics * int(rate // speed), int(intra // speed))
+        if count >= 1 and count * speed > best.channels * best.bw_inter:
+            best = Graph(channels=count, bw_intra=float(speed), bw_inter=float(speed))
+    return best
+
+
+def tree_graph(system: System, nodes: int) -> Graph:
+    """The tree's channels: the ring's; on two domains the inside bandwidth may reach twice
+    the network's (half of a tree's traffic stays inside the node)."""
+    ring = ring_graph(system, nodes)
+    if nodes == 2:
+        intra = min(2 * ring.bw_inter, nvlink_total(system) / ring.channels)
+        return Graph(channels=ring.channels, bw_intra=intra, bw_inter=ring.bw_inter)
+    return ring
+
+
+def nvls_graph(system: System, nodes: int, ppn: int) -> Graph | None:
+    """NVLS: one channel per GPU of the domain (its "heads", at most 32), each at the highest
+    speed the GPU's NVLink carries for every head and the GPU's own traffic; across domains
+    each head goes through a NIC. None without NVLink SHARP."""
+    if not system.nvls or ppn < 2:
+        return None
+    heads = min(ppn, NVLS_MAX_HEADS)
+    total = nvlink_total(system)
+    intra = next((s for s in INTRA_SPEEDS[system.arch] if (heads + 1) * s <= total), 0.0)
+    if not intra:
+        return None
+    if nodes == 1:  # the search's second pass raises the other side up to below twice this
+        inter = max((s for s in INTRA_SPEEDS[system.arch] if s < 2 * intra), default=intra)
+    else:
+        share = system.nics_per_domain * nic_bw(system) / heads
+        inter = max((s for s in INTER_SPEEDS[system.arch] if s <= share), default=0.0)
+    return Graph(channels=heads, bw_intra=float(intra), bw_inter=float(inter))
+
+
+def _steps(op: str, n: int) -> int:
+    return {"all_reduce": 2 * (n - 1), "broadcast": n, "reduce": n}.get(op, n - 1)
+
+
+def _bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw / algbw."""
+    return {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(op, (n - 1) / n)
+
+
+def _scale(nodes: int) -> int:
+    return 0 if nodes == 1 else 1 if nodes == 2 else 2
+
+
+@dataclass(frozen=True)
+class _Shape:
+    system: System
+    op: str
+    nodes: int  # NVLink domains
+    ppn: int  # ranks per domain
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ppn
+
+    @property
+    def arch(self) -> int:
+        return ARCH_INDEX[self.system.arch]
+
+
+def _busbw(shape: _Shape, algo: str, proto: str) -> float:
+    """The algorithm's bus bandwidth with this protocol (NCCL's busBw before algBw), GB/s;
+    0 when it does not apply."""
+    system, nodes, p = shape.system, shape.nodes, _scale(shape.nodes)
+    ar = shape.op == "all_reduce"
+    if algo in ("tree",) and not ar:
+        return 0.0
+    if algo in ("nvls", "nvls_tree", "collnet_direct", "collnet_chain") and proto != "Simple":
+        return 0.0
+    if algo == "ring":
+        graph = ring_graph(system, nodes)
+    elif algo == "tree":
+        graph = tree_graph(system, nodes)
+    elif algo in ("nvls", "nvls_tree"):
+        found = nvls_graph(system, nodes, shape.ppn)
+        if found is None or (algo == "nvls") != (nodes == 1) or not (ar or algo == "nvls"):
+            return 0.0
+        graph = found
+    elif algo in ("collnet_direct", "collnet_chain"):
+        if not system.collnet or nodes < 2 or not ar:
+            return 0.0
+        ring = ring_graph(system, nodes)  # the in-network reduction halves what crosses
+        return min(2 * ring.channels * ring.bw_inter, nvlink_total(system)) * (
+            0.85 if shape.arch >= 2 and algo == "collnet_direct" else 1.0
+        )
+    elif algo == "pat":
+        if ar or shape.ppn != 1 or nodes < 2 or proto != "Simple":
+            return 0.0
+        graph = tree_graph(system, nodes)
+    else:
+        return 0.0
+    per_channel = graph.bw_intra if nodes <= 2 else graph.bw_inter
+    if algo in ("nvls", "nvls_tree"):
+        eff = NVLS_EFFICIENCY[system.arch] * (graph.channels - 1) / graph.channels
+        intra = graph.bw_intra * eff * (2 if ar else (shape.ppn - 1) / shape.ppn)
+        inter = graph.bw_inter * (2 if algo == "nvls_tree" and nodes <= 2 else 1)
+        caps = [intra, inter]
+        if algo == "nvls_tree":
+            caps.append(NVLS_TREE_CAP[shape.arch][p])
+        per_channel = min(caps)
+    bus = graph.channels * per_channel
+    ll_cap = (
+        LL_MAX_BW[shape.arch][0]
+        if nodes == 1
+        else LL_MAX_BW_NET.get(system.cpu, LL_MAX_BW_NET["intel"])[p]
+    )
+    if algo == "ring" and proto == "LL":
+        bus = min(ll_cap, 0.5 * bus)
+    elif algo == "ring" and proto == "LL128":
+        bus = min(0.92 * bus, graph.channels * RING_LL128_CAP[shape.arch][p])
+    elif algo == "tree":
+        bus = min(0.92 * bus, graph.channels * TREE_CAP[shape.arch][p])
+        if proto == "LL":
+            bus = min(bus / 3.8, ll_cap)
+        elif proto == "LL128":
+            factor = 7 / 9 if nodes == 1 else 120 / 128
+            bus = min(bus * factor, graph.channels * TREE_LL128_CAP[shape.arch][p])
+    elif algo == "pat":
+        bus *= 0.75
+    return bus
+
+
+def _algbw(shape: _Shape, algo: str, bus: float) -> float:
+    """NCCL's algBw from busBw: the ring's steps, half for tree and CollNet all_reduce; the
+    busBw itself for PAT, NVLS and CollNet on all_gather / reduce_scatter."""
+    if shape.op in ("all_gather", "reduce_scatter") and algo != "ring":
+        return bus
+    if algo in ("tree", "collnet_direct", "collnet_chain"):
+        return bus * 0.5
+    return bus * shape.ranks / _steps(shape.op, shape.ranks)
+
+
+def _latency(shape: _Shape, algo: str, proto: str) -> float:
+    """The algorithm's latency with this protocol, us."""
+    system, nodes, n, ppn = shape.system, shape.nodes, shape.ranks, shape.ppn
+    i = PROTOS.index(proto)
+    intra_link = "nvlink" if system.nvlink_links else "pci"
+    hw = intra_link if nodes == 1 else "net"
+    intra = HW_LAT[intra_link][algo][i]
+    inter = HW_LAT["net"]["tree" if ppn == 1 else algo][i] + system.net_latency_us
+    if proto == "Simple":
+        inter += system.net_latency_us
+    lat = BASE_LAT[algo][i]
+    log_nodes = int(math.log2(nodes)) if nodes > 1 else 0
+    if algo == "ring":
+        if shape.op in ("broadcast", "reduce"):
+            return lat + _steps(shape.op, n) * HW_LAT[hw]["ring"][i]
+        overhead = (2.0 if system.cpu == "amd" else 1.0) * (3 if proto == "Simple" else 1)
+        intra = max(intra, overhead if nodes > 1 else 0.0)
+        crossing = 0 if nodes == 1 else (2 if shape.op == "all_reduce" else 1) * (nodes - 1)
+        return lat + (_steps(shape.op, n) - crossing) * intra + crossing * inter
+    if algo == "tree":
+        return lat + 2 * ((ppn - 1) * intra + log_nodes * inter)
+    if algo == "collnet_direct":
+        return lat + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    if algo == "collnet_chain":
+        return lat + 2 * (ppn - 1) * intra + inter
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return lat + intra + 2 * log_nodes * inter
+    return lat + log_nodes * inter / 3.5 + 2.8 * n  # pat
+
+
+def algo_time(shape: _Shape, algo: str, proto: str, size: float) -> float | None:
+    """NCCL's time for one algorithm and protocol (us), or None when it does not apply."""
+    bus = _busbw(shape, algo, proto)
+    if bus <= 0:
+        return None
+    alg = _algbw(shape, algo, bus)
+    log_size = int(math.log2(size / 64)) if size >= 64 else -1
+    if algo == "tree" and 0 <= log_size < 23:
+        alg *= TREE_CORRECTION[proto][log_size]
+    lat = max(_latency(shape, algo, proto), shape.system.floor_us)  # a measured floor
+    if algo == "ring" and proto == "Simple" and shape.op == "all_reduce" and shape.nodes > 1:
+        channels = ring_graph(shape.system, shape.nodes).channels
+        if size / (channels * shape.ranks) >= 64:  # NCCL's "plateau" latency
+            lat *= 1.4
+    return lat + size / (1000 * alg)
+
+
+def collective(
+    system: System, op: str, ranks: int, size: float, algorithm: str | None = None
+) -> Choice:
+    """One `op` of `size` bytes (nccl-tests' size: the whole buffer) over `ranks` GPUs of
+    `system`, as NCCL would run it: the fastest algorithm and protocol, or the given
+    `algorithm` (NCCL_ALGO) with its fastest protocol."""
+    if op not in OPS + P2P_OPS:
+        raise ValueError(f"NCCL's model has no {op}")
+    domain = system.domain
+    nodes = max(1, math.ceil(ranks / domain))
+    ppn = ranks // nodes if ranks >= domain else ranks
+    shape = _Shape(system=system, op=op, nodes=nodes, ppn=max(1, ppn))
+    if ranks < 2:
+        return Choice(time_us=0.0, algorithm="none", protocol="none", busbw_gbps=0.0)
+    if op in P2P_OPS:
+        return point_to_point(shape, size)
+    best: tuple[float, str, str] | None = None
+    for algo in ALGOS if algorithm is None else (algorithm,):
+        for proto in PROTOS:
+            time = algo_time(shape, algo, proto, size)
+            if time is not None and (best is None or time < best[0]):
+                best = (time, algo, proto)
+    if best is None:
+        raise ValueError(f"no algorithm for {op} over {ranks} ranks of {system.name}")
+    time, algo, proto = best
+    busbw = _bus_factor(op, ranks) * size / (time * 1e3)
+    return Choice(time_us=time, algorithm=algo, protocol=proto, busbw_gbps=busbw)
+
+
+def point_to_point(shape: _Shape, size: float) -> Choice:
+    """all_to_all and sendrecv, which NCCL runs as sends and receives outside its tuning
+    model: each rank's bytes to peers in its NVLink domain at its NVLink rate, to other
+    domains at its share of the domain's NICs, both at once; latency one Simple ring step
+    (base + per-hop) on the slowest link crossed. all_to_all: `size` is each rank's whole
+    buffer, (n - 1) / n of it leaves; sendrecv: `size` goes to one neighbour (across nodes
+    only at a node boundary, on that rank's NIC share)."""
+    system, n, ppn = shape.system, shape.ranks, shape.ppn
+    nvlink = nvlink_total(system)
+    nic_share = system.nics_per_domain * nic_bw(system) / ppn
+    crosses = shape.nodes > 1
+    latency = BASE_LAT["ring"][2] + HW_LAT["net" if crosses else "nvlink"]["ring"][2]
+    latency += system.net_latency_us if crosses else 0.0
+    latency = max(latency, system.floor_us)
+    if shape.op == "all_to_all":
+        intra = size * (ppn - 1) / n / (1000 * nvlink)
+        inter = size * (n - ppn) / n / (1000 * nic_share)
+        time = latency + max(intra, inter)
+        busbw = size / (1000 * time) * (n - 1) / n
+    else:
+        time = latency + size / (1000 * (min(nvlink, nic_share) if crosses else nvlink))
+        busbw = size / (1000 * time)
+    return Choice(time_us=time, algorithm="send/recv", protocol="Simple", busbw_gbps=busbw)

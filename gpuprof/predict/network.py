@@ -1,0 +1,110 @@
+"""What a prediction's collectives come from: the run's own fits (`FitNetwork`), or a described
+system under NCCL's model (`SystemNetwork`), or the run's fits inside one node where they
+measured the same hardware and the system elsewhere (`MixedNetwork`). Each says where its
+numbers come from (the `source` column of every table)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gpuprof.machine.systems import System
+from gpuprof.predict import nccl
+from gpuprof.predict.collectives import Collective, Links, WhatIf, apply_links, predict_collective
+
+# the band of a prediction from NCCL's model: its worst error on the bandwidth-bound published
+# rows (docs/validation.md)
+MODEL_BAND = 0.15
+
+
+class Network(Protocol):
+    """Predicts one collective on nodes x gpus ranks."""
+
+    def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
+        """The op on `size` bytes (a UsageError when this network cannot say)."""
+        ...
+
+    def changed(self, change: WhatIf) -> Network:
+        """The same network with a what-if's links."""
+        ...
+
+
+@dataclass(frozen=True)
+class FitNetwork:
+    """The run's alpha-beta fits (and a what-if's rates on them)."""
+
+    links: Links
+    change: WhatIf | None = None
+    source: str = "run"
+
+    def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
+        links = apply_links(self.links, self.change, gpus) if self.change else self.links
+        found = predict_collective(links, op, nodes, gpus, size, backend)
+        return replace(found, source=self.source)
+
+    def changed(self, change: WhatIf) -> FitNetwork:
+        if change.nic_gbps is None and change.intra_gbps is None:
+            return self
+        merged = change if self.change is None else _merged(self.change, change)
+        return replace(self, change=merged, source="run + what-if")
+
+
+def _merged(first: WhatIf, then: WhatIf) -> WhatIf:
+    return replace(
+        first,
+        nic_gbps=then.nic_gbps if then.nic_gbps is not None else first.nic_gbps,
+        nics=then.nics if then.nics is not None else first.nics,
+        intra_gbps=then.intra_gbps if then.intra_gbps is not None else first.intra_gbps,
+    )
+
+
+@dataclass(frozen=True)
+class SystemNetwork:
+    """A described system under NCCL's own model (gpuprof.predict.nccl): what NCCL would
+    pick for each size, on `gpus` GPUs per node of it."""
+
+    system: System
+
+    def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
+        system = self.system
+        if gpus != system.gpus_per_node:  # part of each node: its NICs in proportion
+            per_node = system.domain == system.gpus_per_node
+            system = replace(
+                system,
+                gpus_per_node=gpus,
+                nvlink_domain=0 if per_node else system.nvlink_domain,
+                nics_per_node=max(1, math.ceil(system.nics_per_node * gpus / system.gpus_per_node)),
+            )
+        found = nccl.collective(system, op, nodes * gpus, size)
+        return Collective(
+            time_us=found.time_us,
+            busbw_gbps=found.busbw_gbps,
+            rel=MODEL_BAND,
+            algorithm=f"{found.algorithm}/{found.protocol}",
+            source=f"preset {self.system.name}",
+        )
+
+    def changed(self, change: WhatIf) -> SystemNetwork:
+        system = self.system
+        if change.nic_gbps is not None:
+            system = replace(system, nic_gbps=change.nic_gbps)
+        if change.nics is not None:
+            system = replace(system, nics_per_node=change.nics)
+        return replace(self, system=system)
+
+
+@dataclass(frozen=True)
+class MixedNetwork:
+    """The run's fits inside one node (it measured this very hardware), the system across."""
+
+    run: FitNetwork
+    system: SystemNetwork
+
+    def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
+        if nodes == 1:
+            return self.run.collective(op, nodes, gpus, size, backend)
+        return self.system.collective(op, nodes, gpus, size, backend)
+
+    def changed(self, change: WhatIf) -> MixedNetwork:
+        return MixedNetwork(run=self.run.changed(change), system=self.system.changed(change))

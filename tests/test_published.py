@@ -1,0 +1,144 @@
+"""NCCL's model (gpuprof.predict.nccl) and the system presets against published nccl-tests
+results (tests/data/published.tsv; docs/validation.md says where each row comes from and
+which were left out), and the model's own rules: algorithm choice, latency floors, scale."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks.predict_published import LARGE, predicted, rows
+from gpuprof.errors import UsageError
+from gpuprof.machine.systems import PRESETS, load_system
+from gpuprof.predict.collectives import WhatIf
+from gpuprof.predict.nccl import OPS, collective
+
+ROWS = rows()
+
+
+def _errors(chosen: list[dict[str, str]]) -> list[float]:
+    return [predicted(r)[0] / float(r["value"]) - 1 for r in chosen]
+
+
+def test_the_published_set_is_large_enough_and_sourced() -> None:
+    assert len(ROWS) >= 25
+    assert all(r["source"].startswith("https://") and r["quote"] for r in ROWS)
+    assert {r["preset"] for r in ROWS} <= set(PRESETS)
+    assert len({int(r["ranks"]) for r in ROWS}) >= 5  # 4 to 1440 GPUs
+
+
+def test_bandwidth_bound_rows_within_their_bound() -> None:
+    """Sizes of 256 MiB and more: what the model was built for. Measured: 32 of 43 rows
+    within 15%, median error 5%; the misses are GB200 racks at 144 and 1440 GPUs, EFA and
+    TCPX clouds, B200's NVLS (docs/validation.md)."""
+    large = [r for r in ROWS if int(r["size_bytes"]) >= LARGE]
+    errors = _errors(large)
+    within = sum(abs(e) <= 0.15 for e in errors)
+    assert len(large) >= 40 and within >= 0.7 * len(large), (within, len(large))
+    assert sorted(abs(e) for e in errors)[len(errors) // 2] <= 0.08
+
+
+def test_every_row_is_predicted_and_the_whole_set_does_not_get_worse() -> None:
+    """All rows, small sizes included (their latency is where the model is weakest: NCCL's
+    latencies are for choosing an algorithm, published floors are 2-6x them). Today: 33 of
+    68 within 15%; a change to the model must not lose any."""
+    errors = _errors(ROWS)
+    assert all(e > -1 for e in errors)
+    assert sum(abs(e) <= 0.15 for e in errors) >= 33
+
+
+@pytest.mark.parametrize(
+    ("preset", "ranks", "size", "algorithm"),
+    [
+        ("dgx-h100", 8, 8 << 30, "nvls"),  # NVLink SHARP inside an H100 node
+        ("dgx-a100", 8, 8 << 30, "ring"),  # no NVLS on A100
+        ("dgx-h100", 16, 8 << 30, "nvls_tree"),  # two H100 nodes: NVLS inside, tree across
+        ("dgx-a100", 64, 1 << 10, "tree"),  # small sizes on many nodes: log-depth tree
+    ],
+)
+def test_the_model_picks_what_nccl_picks(
+    preset: str, ranks: int, size: int, algorithm: str
+) -> None:
+    assert collective(PRESETS[preset], "all_reduce", ranks, float(size)).algorithm == algorithm
+
+
+def test_a_measured_floor_bounds_every_latency_and_fades_with_size(tmp_path: Path) -> None:
+    path = tmp_path / "ours.toml"
+    path.write_text('like = "dgx-a100"\nfloor_us = 40\n')
+    ours = load_system(str(path))
+    assert ours.name == "ours" and ours.nvlink_links == PRESETS["dgx-a100"].nvlink_links
+    small = [collective(s, "all_reduce", 8, 8.0).time_us for s in (PRESETS["dgx-a100"], ours)]
+    assert small[0] < 40 <= small[1] < 41
+    large = [collective(s, "all_reduce", 8, float(8 << 30)) for s in (PRESETS["dgx-a100"], ours)]
+    assert large[1].busbw_gbps == pytest.approx(large[0].busbw_gbps, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('like = "dgx-z"\n', "like = 'dgx-z' is no preset"),
+        ('like = "dgx-a100"\nspeed = 3\n', "unknown field 'speed'"),
+        ("gpus_per_node = \n", "is not TOML"),
+        ('name = "x"\ngpu = "H100"\n', "gpu, arch and gpus_per_node are required"),
+        ('like = "dgx-a100"\narch = "volta"\n', "arch 'volta'"),
+        ('like = "dgx-a100"\nfloor_us = -1\n', "floor_us >= 0"),
+    ],
+)
+def test_a_bad_system_file_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        load_system(str(path))
+    assert message in caught.value.one_line()
+
+
+def test_more_nodes_never_raise_a_rings_bandwidth_and_scale_is_fast() -> None:
+    system = PRESETS["dgx-h100"]
+    ring = [
+        collective(system, "all_reduce", 8 * n, float(4 << 30), "ring").busbw_gbps
+        for n in (2, 4, 16, 128, 1024)
+    ]
+    assert all(b <= a * 1.001 for a, b in itertools.pairwise(ring))
+    # the pipelined ring is bounded by its slowest stage, flat as nodes are added, until its
+    # 2(n-1) steps' latency shows (at 8192 ranks, 4 GiB is 512 KiB per rank)
+    assert ring[2] > 0.9 * ring[0] and ring[-1] < 0.5 * ring[0]
+    started = time.perf_counter()
+    for nodes in [2**k for k in range(11)]:
+        for op in OPS:
+            for size in [2**k for k in range(3, 35)]:
+                collective(system, op, 8 * nodes, float(size))
+    assert time.perf_counter() - started < 10  # benchmarks/predict_published.py: 0.1 s
+
+
+def test_collnet_only_where_a_system_has_it() -> None:
+    with pytest.raises(ValueError, match="no algorithm"):
+        collective(PRESETS["dgx-h100"], "all_reduce", 64, float(8 << 30), "collnet_chain")
+    sharp = replace(PRESETS["dgx-h100"], collnet=True)
+    assert collective(sharp, "all_reduce", 64, float(8 << 30)).busbw_gbps > 300
+
+
+def test_gb200_rack_is_one_nvlink_domain() -> None:
+    rack = collective(PRESETS["gb200-nvl72"], "all_reduce", 72, float(8 << 30))
+    two = collective(replace(PRESETS["gb200-nvl72"], nvlink_domain=0), "all_reduce", 72, 8e9)
+    assert rack.algorithm == "nvls" and rack.busbw_gbps > 2 * two.busbw_gbps
+
+
+def test_a_run_on_the_same_hardware_keeps_its_own_fits_inside_the_node() -> None:
+    import math
+
+    from gpuprof.predict.collectives import Link, Links
+    from gpuprof.predict.network import FitNetwork, MixedNetwork, SystemNetwork
+
+    run = FitNetwork(Links(intra=Link(pieces=((math.inf, 2.0, 300.0),), rel=0.05, source="x")))
+    mixed = MixedNetwork(run=run, system=SystemNetwork(PRESETS["dgx-h100"]))
+    inside = mixed.collective("all_reduce", 1, 8, float(1 << 30), "nccl")
+    across = mixed.collective("all_reduce", 4, 8, float(1 << 30), "nccl")
+    assert inside.source == "run" and inside.busbw_gbps < 300  # the run's link, not NVLS
+    assert across.source == "preset dgx-h100" and across.algorithm.endswith("/Simple")
+    # a what-if on the NICs reaches the preset's side only
+    slower = mixed.changed(WhatIf(nic_gbps=100.0))
+    assert slower.collective("all_reduce", 4, 8, float(1 << 30), "nccl").time_us > across.time_us
