@@ -91,6 +91,14 @@ def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert '<section id="overview">' in dom and "Where a step's time goes" in dom
     assert dom.index('id="contents"') < dom.index('<section id="overview">')
     assert re.search(r'<nav class="muted toc" id="contents">.*href="#overview"', dom, re.S)
+    # no "nan" or "None" in what a reader sees (the zero-bubble schedules have no closed-form
+    # theory: the findings say so), and the method list comes after the data
+    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    visible = re.sub(r"<[^>]+>", " ", visible)
+    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible), re.findall(
+        r".{60}\bnan\b.{20}", visible
+    )
+    assert dom.index('<section id="overview">') < dom.index('id="method"')
 
 
 def test_compare_and_trend_pages_draw_in_a_browser(

@@ -23,9 +23,14 @@ def pipeline_findings(summary: pd.DataFrame, stages: pd.DataFrame) -> list[str]:
         if top["bubble_pct"] <= BUBBLE_LIMIT_PCT:
             continue
         p, m, v = int(top["p"]), int(top["m"]), int(top["v"])
+        theory = (
+            f"theory {top['theory_pct']:.0f}%"
+            if pd.notna(top["theory_pct"])
+            else "no closed-form theory for this schedule"
+        )
         text = (
             f"Pipeline {schedule} p={p} m={m}: measured bubble {top['bubble_pct']:.0f}% of "
-            f"the step (theory {top['theory_pct']:.0f}%, schedule simulated with the "
+            f"the step ({theory}, schedule simulated with the "
             f"measured stage times {top['simulated_pct']:.0f}%)."
         )
         if schedule in ("GPipe", "1F1B", "Interleaved1F1B"):

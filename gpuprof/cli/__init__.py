@@ -19,7 +19,7 @@ from gpuprof.errors import GpuprofError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="gpuprof")
+@click.version_option(package_name="gpuprof-cluster")  # the distribution's name
 @click.option("--debug", is_flag=True, help="show tracebacks on errors (any command)")
 def cli(debug: bool) -> None:
     """GPU cluster profiler: collectives, links, ceilings and training micro-benchmarks."""
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     `--debug` (anywhere on the line) adds the traceback and keeps the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    args = [a for a in args if a != "--debug"]
+    args = [a for a in args if a != "--debug"] or ["--help"]  # bare `gpuprof`: the help, exit 0
     try:
         result = cli.main(
             args=args, prog_name="gpuprof", standalone_mode=False, obj={"argv": ["gpuprof", *args]}

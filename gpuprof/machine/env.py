@@ -93,9 +93,13 @@ def _package_version(name: str) -> str | None:
         return None
 
 
+# what pip knows gpuprof by (the name gpuprof on PyPI is another project)
+DISTRIBUTION = "gpuprof-cluster"
+
+
 def gpuprof_version() -> str | None:
     """The installed gpuprof version (no torch import)."""
-    return _package_version("gpuprof")
+    return _package_version(DISTRIBUTION)
 
 
 def torchrun_sizes(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
