@@ -132,9 +132,16 @@ def test_is_this_good_for_8xh100_all_reduce() -> None:
             "scope": ["global", "global"],
         }
     )
+    # an H100 node runs all_reduce with NVLink SHARP (NCCL's NVLS): a ring's 360 GB/s is the
+    # sign that NVLS is off
     (finding,) = collective_findings(summary, info)
-    assert "360 GB/s busbw at 1 GiB" in finding and "97% of the ~370" in finding
-    assert "as expected" in finding
+    assert "360 GB/s busbw at 1 GiB" in finding and "76% of the ~476 GB/s NVLS" in finding
+    assert "ring speed, not NVLS" in finding
+    summary.loc[1, "busbw_gbps"] = 470.0
+    assert "as expected" in collective_findings(summary, info)[0]
+    a100 = {"ranks": [{"rank": 0, "gpu_name": "NVIDIA A100-SXM4-80GB"}]}
+    summary.loc[1, "busbw_gbps"] = 225.0  # no NVLS on A100: the ring is the reference
+    assert "97% of the ~232 GB/s ring" in collective_findings(summary, a100)[0]
     summary.loc[1, "busbw_gbps"] = 200.0
     assert "below the reference" in collective_findings(summary, info)[0]
     assert collective_pct_of_peak(summary, info).tolist() == pytest.approx([100 / 4.5, 200 / 4.5])

@@ -22,6 +22,9 @@ class GpuPeaks:
     pcie_gen: int | None = None
     tflops: dict[str, float] = field(default_factory=dict)  # dense, per dtype
     all_reduce_busbw_gbps: float | None = None  # a full NVLink node, ring (docs/methodology.md)
+    # a full node with NVLink SHARP (NCCL's NVLS, on by default on third-generation NVSwitch):
+    # the all_reduce busbw nccl-tests reaches at large sizes (docs/validation.md's rows)
+    nvls_busbw_gbps: float | None = None
     # host <-> device per direction when not PCIe (GH200's NVLink-C2C: 450 GB/s each way)
     host_link_gbps: float | None = None
 
@@ -52,6 +55,9 @@ _GB200 = {"tf32": 1250.0, "bfloat16": 2500.0, "float16": 2500.0, "float8": 5000.
 # with 480 GB of Grace memory), "NVIDIA GH200 144G HBM3e", "NVIDIA A100-SXM4-40GB",
 # "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA L40S",
 # "NVIDIA B200", "NVIDIA GB200".
+# NVLS references: H100 476 GB/s (8 x H100, nccl-tests issue #290, the NCCL maintainer's
+# figure), H200 480 GB/s at 16 GiB (Azure's ND H200 v5 results), B200 838 GB/s at 8 GiB (AWS
+# p6-b200, NVLS on); the rings' figures beside them
 GPUS: list[tuple[str, GpuPeaks]] = [
     # NVLink-C2C to the Grace CPU: 900 GB/s total, 450 GB/s per direction (NVIDIA's Grace
     # Hopper architecture blog), so host <-> device copies are not bounded by PCIe
@@ -62,13 +68,13 @@ GPUS: list[tuple[str, GpuPeaks]] = [
     (r"H200 NVL", GpuPeaks(model="H200 NVL", memory_gbps=4800, nvlink_gbps=450, pcie_gen=5,
                            tflops=_H200_NVL)),
     (r"H200", GpuPeaks(model="H200 SXM", memory_gbps=4800, nvlink_gbps=450, pcie_gen=5,
-                       tflops=_H100_SXM, all_reduce_busbw_gbps=367)),
+                       tflops=_H100_SXM, all_reduce_busbw_gbps=367, nvls_busbw_gbps=480)),
     (r"H100 NVL", GpuPeaks(model="H100 NVL", memory_gbps=3938, nvlink_gbps=300, pcie_gen=5,
                            tflops=_H100_NVL)),
     (r"H100.*PCIe", GpuPeaks(model="H100 PCIe", memory_gbps=2000, pcie_gen=5,
                              tflops=_H100_PCIE)),
     (r"H100", GpuPeaks(model="H100 SXM", memory_gbps=3350, nvlink_gbps=450, pcie_gen=5,
-                       tflops=_H100_SXM, all_reduce_busbw_gbps=370)),
+                       tflops=_H100_SXM, all_reduce_busbw_gbps=370, nvls_busbw_gbps=476)),
     (r"A100.*(PCIE.*80|80GB.*PCIE)", GpuPeaks(model="A100 PCIe 80GB", memory_gbps=1935,
                                               pcie_gen=4, tflops=_A100)),
     (r"A100.*PCIE", GpuPeaks(model="A100 PCIe 40GB", memory_gbps=1555, pcie_gen=4,
@@ -81,7 +87,7 @@ GPUS: list[tuple[str, GpuPeaks]] = [
     (r"GB200", GpuPeaks(model="GB200", memory_gbps=8000, nvlink_gbps=900, pcie_gen=6,
                         tflops=_GB200, all_reduce_busbw_gbps=680, host_link_gbps=450)),
     (r"B200", GpuPeaks(model="B200", memory_gbps=8000, nvlink_gbps=900, pcie_gen=5,
-                       tflops=_B200, all_reduce_busbw_gbps=682)),
+                       tflops=_B200, all_reduce_busbw_gbps=682, nvls_busbw_gbps=838)),
     (r"L40S", GpuPeaks(model="L40S", memory_gbps=864, pcie_gen=4, tflops=_L40S)),
 ]  # fmt: skip
 
