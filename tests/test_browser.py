@@ -80,6 +80,12 @@ def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     )
     assert result.code == 0, result.err
     report = next(tmp_path.iterdir()) / "report.html"
+    # the terminal has the verdict and the top findings (stderr), then the report's path
+    assert result.out.strip().splitlines()[-1] == str(report)
+    assert (
+        re.search(r"\n- (DDP|Pipeline) ", result.err)
+        and "more finding(s) in the report" in result.err
+    )
     dom = rendered_dom(report)
     figures = dom.count('class="plotly-graph-div')
     drawn = len(re.findall(r'<svg class="main-svg"', dom))

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +247,21 @@ def test_reading_a_read_only_run_for_real(two_rank_run: Path, tmp_path: Path) ->
     finally:
         for run in runs.values():
             subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
+
+
+def test_runs_lists_every_run_folder_oldest_first(tmp_path: Path, gp: Any) -> None:
+    first = create_run_dir(tmp_path, "sweep")
+    info = {"status": "complete", "suite": "ci", "num_nodes": 2, "world_size": 16,
+            "device": "cuda", "created_utc": "2026-11-25T00:00:00Z"}  # fmt: skip
+    (first / RUN_JSON).write_text(json.dumps(info))
+    second = create_run_dir(tmp_path, "tp")
+    (second / RUN_JSON).write_text("{ damaged")
+    (tmp_path / "notes").mkdir()  # not a run folder
+    data = json.loads(gp("runs", str(tmp_path), "--format", "json").out)
+    assert [r["run"] for r in data] == [first.name, second.name]
+    assert data[0]["nodes"] == 2 and data[0]["ranks"] == 16 and data[0]["suite"] == "ci"
+    assert data[1]["status"] == "unreadable" and data[1]["bytes"] > 0
+    table = gp("runs", str(tmp_path)).out
+    assert "2 x 16" in table and "unreadable" in table
+    missing = gp("runs", str(tmp_path / "nope"))
+    assert missing.code == 2 and "no folder" in missing.err

@@ -31,6 +31,7 @@ for _command in (
     read.show,
     read.report,
     read.consolidate,
+    read.runs,
     env.env_command,
     check.check,
     *gate.GATE_COMMANDS,

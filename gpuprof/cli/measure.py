@@ -82,6 +82,8 @@ def _say(request: Any, result: Any, tables: bool) -> None:
 
             for text in run_tables(result.run_dir):
                 click.echo(text)
+        if result.headline and not request.quiet:  # the verdict before the path (stderr)
+            click.echo("\n".join(result.headline), err=True)
         click.echo(str(result.report or result.run_dir))
     if result.status != "complete":
         first = result.failures[0] if result.failures else {}

@@ -1,8 +1,9 @@
-"""The reading commands: `gpuprof show`, `report` and `consolidate` (no torch: a run is read
-from its tables or shards with pandas, imported inside the commands)."""
+"""The reading commands: `gpuprof show`, `report`, `consolidate` and `runs` (no torch: a run is
+read from its tables or shards with pandas, imported inside the commands)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -11,6 +12,9 @@ from gpuprof import registry
 from gpuprof.cli.export import nccl_tests_of
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
+from gpuprof.runs.store import list_runs
+from gpuprof.text import fixed_width
+from gpuprof.units import format_size
 
 
 @click.command()
@@ -97,3 +101,42 @@ def consolidate(run_spec: str, out: str) -> None:
         raise UsageError(f"run {run_obj.path} is still running", "consolidate it after it ends")
     for path in write_tables(run_obj.path).values():
         click.echo(str(path))
+
+
+@click.command()
+@click.argument("folder", required=False, metavar="[DIR]")
+@click.option(
+    "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
+)
+def runs(folder: str | None, fmt: str) -> None:
+    """List the runs in DIR (default: ./reports): id, start time, suite, nodes x ranks,
+    device, status and size.
+
+    Example: gpuprof runs reports --format json
+    """
+    path = Path(folder or "reports")
+    if not path.is_dir():
+        raise UsageError(
+            f"no folder {path}", "give the folder that holds the runs (--out of sweep)"
+        )
+    found = list_runs(path)
+    if fmt == "json":
+        click.echo(json.dumps(found, indent=1))
+        return
+    if not found:
+        click.echo(f"no runs in {path}")
+        return
+    rows = [["run", "started", "suite", "nodes x ranks", "device", "status", "size"]]
+    rows += [
+        [
+            r["run"],
+            str(r["started"] or "-"),
+            str(r["suite"] or "-"),
+            f"{r['nodes'] or '?'} x {r['ranks'] or '?'}",
+            str(r["device"] or "-"),
+            str(r["status"] or "-"),
+            format_size(r["bytes"]),
+        ]
+        for r in found
+    ]
+    click.echo(fixed_width(rows))

@@ -76,6 +76,7 @@ class SweepResult:
     status: str
     failures: list[dict[str, Any]]
     report: Path | None
+    headline: tuple[str, ...] = ()  # the report's verdict and first findings, for the terminal
     home: bool = True
     note: str | None = None  # said instead of measuring (a resumed run that is complete)
     overrun: str | None = None  # the sweep took much longer than estimated
@@ -236,15 +237,21 @@ def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None)
     """Finish the run (tables, status), then write what the request asked for: the report and
     the Prometheus textfile."""
     info = finish_run(run_dir, supervised.returncode if supervised else 0, supervised)
-    report = None
+    report: Path | None = None
+    headline: list[str] = []
     if request.report:
-        from gpuprof.reports.html import write_report  # plotly: heavy, loaded for the report only
+        # deferred: loads plotly, for the report only
+        from gpuprof.reports.html import write_report_headline
 
-        report = write_report(Run(run_dir))
+        report, headline = write_report_headline(Run(run_dir))
     if request.prom_textfile:
         write_textfile(run_dir, Path(request.prom_textfile))
     return SweepResult(
-        run_dir=run_dir, status=info["status"], failures=info["failures"], report=report
+        run_dir=run_dir,
+        status=info["status"],
+        failures=info["failures"],
+        report=report,
+        headline=tuple(headline),
     )
 
 

@@ -102,6 +102,9 @@ def build_sections(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     return sections
 
 
+HEADLINE_FINDINGS = 3  # findings a sweep prints in the terminal
+
+
 def findings(analyzed: Analyzed) -> list[str]:
     """Every probe's findings in registry order, then scaling's and telemetry's."""
     rules = [s.advice for s in registry.specs().values() if s.advice]
@@ -114,6 +117,11 @@ def findings(analyzed: Analyzed) -> list[str]:
 
 def render_report(run: Run) -> str:
     """The report of a run as one HTML string."""
+    return _render(run)[0]
+
+
+def _render(run: Run) -> tuple[str, str, list[str]]:
+    """The report's HTML, its verdict line and its findings."""
     info = run.info
     plan = read_json(run.path / PLAN_JSON) if (run.path / PLAN_JSON).exists() else {}
     analyzed = Analyzed(run)
@@ -125,7 +133,8 @@ def render_report(run: Run) -> str:
     method = general_method(info)
     for section in sections:
         method += [line for line in section.method if line not in method]
-    return TEMPLATES.get_template("report.html.j2").render(
+    found = findings(analyzed)
+    html = TEMPLATES.get_template("report.html.j2").render(
         run_id=info.get("run_id", run.path.name),
         created=info.get("created_utc", ""),
         world_size=info.get("world_size"),
@@ -136,7 +145,7 @@ def render_report(run: Run) -> str:
         verdict=verdict,
         bad=bad,
         failures=info.get("failures", []),
-        findings=findings(analyzed),
+        findings=found,
         sections=sections,
         meta=_meta(info),
         method=method,
@@ -145,14 +154,24 @@ def render_report(run: Run) -> str:
         argv=" ".join(info.get("argv", [])),
         plotly_js=get_plotlyjs(),
     )
+    return html, verdict, found
 
 
 def write_report(run: Run, path: Path | None = None) -> Path:
     """Write the report (default `<run>/report.html`) and return its path."""
+    return write_report_headline(run, path)[0]
+
+
+def write_report_headline(run: Run, path: Path | None = None) -> tuple[Path, list[str]]:
+    """Write the report; its path, and its headline for the terminal: the verdict and the
+    first HEADLINE_FINDINGS findings (how many more there are, if any)."""
     target = path or run.path / REPORT_NAME
-    html = render_report(run)
+    html, verdict, found = _render(run)
+    headline = [verdict, *(f"- {line}" for line in found[:HEADLINE_FINDINGS])]
+    if len(found) > HEADLINE_FINDINGS:
+        headline.append(f"({len(found) - HEADLINE_FINDINGS} more finding(s) in the report)")
     try:
         target.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write the report to {target}: {exc.strerror}") from None
-    return target
+    return target, headline

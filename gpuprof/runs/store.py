@@ -67,6 +67,32 @@ def _run_numbers(out: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def list_runs(out: Path) -> list[dict[str, Any]]:
+    """Every run folder under `out`, oldest first: id, start time, suite, nodes x ranks,
+    device, status and size on disk (a damaged run.json: status "unreadable")."""
+    rows = []
+    for _, path in _run_numbers(out):
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        try:
+            info = read_run_json(path)
+        except (GpuprofError, OSError):  # damaged, or from a newer gpuprof: listed anyway
+            info = {"status": "unreadable"}
+        rows.append(
+            {
+                "run": path.name,
+                "path": str(path),
+                "started": info.get("created_utc"),
+                "suite": info.get("suite"),
+                "nodes": info.get("num_nodes"),
+                "ranks": info.get("world_size"),
+                "device": info.get("device"),
+                "status": info.get("status"),
+                "bytes": size,
+            }
+        )
+    return rows
+
+
 def create_run_dir(out: Path, tag: str) -> Path:
     """Create `<out>/<NNNN>_<tag>` with the next free number; never reuses one."""
     check_out_dir(out)
