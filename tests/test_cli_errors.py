@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,13 @@ def test_cuda_without_gpu(tmp_path: Path, gp: Gp) -> None:
         pytest.skip("this machine has a GPU")
     result = gp("sweep", "--device", "cuda", "--out", str(tmp_path / "r"))
     assert result.code == 2 and "no CUDA GPU is visible" in result.err
+
+
+def test_gpus_per_node_is_gpus_as_slurm_spells_it(gp: Gp) -> None:
+    plain = gp("sweep", "--gpus", "3", "--suite", "ci", "--dry-run", "--force")
+    slurm = gp("sweep", "--gpus-per-node", "3", "--suite", "ci", "--dry-run", "--force")
+    assert plain.code == slurm.code == 0, slurm.err
+    assert "--nproc-per-node 3" in slurm.out
+    assert re.sub(r"--master-port \d+", "", plain.out) == re.sub(
+        r"--master-port \d+", "", slurm.out
+    )

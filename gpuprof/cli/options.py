@@ -73,7 +73,13 @@ def launch_options(func: F) -> F:
         click.option(
             "--nodes", default=1, show_default=True, type=click.IntRange(1, 4096), help="nodes"
         ),
-        click.option("--gpus", type=int, help="ranks per node [default: GPUs, or 2 on CPU]"),
+        click.option(
+            "--gpus",
+            "--gpus-per-node",  # as Slurm spells it
+            "gpus",
+            type=int,
+            help="ranks per node [default: GPUs, or 2 on CPU]",
+        ),
         click.option("--suite", default="quick", show_default=True, type=click.Choice(SUITES)),
         click.option("--device", default="auto", show_default=True, type=click.Choice(DEVICES)),
         out_option,

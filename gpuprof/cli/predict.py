@@ -45,7 +45,13 @@ def _positive(name: str, value: float | None) -> float | None:
 @click.command()
 @click.argument("run_spec", metavar="RUN")
 @click.option("--nodes", "nodes_text", help="node counts, e.g. 2,4,8 [default: 1,2,4,...,1024]")
-@click.option("--gpus", type=click.IntRange(1, 1024), help="ranks per node [default: the run's]")
+@click.option(
+    "--gpus",
+    "--gpus-per-node",
+    "gpus",
+    type=click.IntRange(1, 1024),
+    help="ranks per node [default: the system's, else the run's]",
+)
 @click.option(
     "--sizes", "sizes_text", help="collective sizes, e.g. 1M,1G [default: the largest measured]"
 )
