@@ -51,3 +51,15 @@ def test_gpus_per_node_is_gpus_as_slurm_spells_it(gp: Gp) -> None:
     assert re.sub(r"--master-port \d+", "", plain.out) == re.sub(
         r"--master-port \d+", "", slurm.out
     )
+
+
+def test_shell_completion_as_the_readme_says() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COMP_WORDS": "gpuprof pre", "COMP_CWORD": "1",
+           "_GPUPROF_COMPLETE": "bash_complete"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "gpuprof"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert "plain,predict" in done.stdout.split(), done.stdout + done.stderr  # click: type,value
