@@ -63,3 +63,22 @@ def test_shell_completion_as_the_readme_says() -> None:
     done = subprocess.run([sys.executable, "-m", "gpuprof"], env=env, capture_output=True,
                           text=True, timeout=60, check=False)  # fmt: skip
     assert "plain,predict" in done.stdout.split(), done.stdout + done.stderr  # click: type,value
+
+
+def test_a_dry_run_previews_every_launcher_outside_an_allocation(gp: Gp) -> None:
+    """Before sbatch, on a login node without GPUs: the srun line and each node's manual
+    command, with placeholders for what the allocation fills in."""
+    both = gp("sweep", "--nodes", "2", "--gpus", "2", "--suite", "ci", "--dry-run")
+    assert both.code == 0, both.err
+    assert "srun --nodes 2 --ntasks 2 --ntasks-per-node 1" in both.out
+    assert "--rdzv-id JOBID" in both.out and "# node 1" in both.out
+    assert "--master-addr NODE0_ADDRESS" in both.out
+    slurm = gp("sweep", "--nodes", "2", "--gpus", "2", "--launcher", "slurm", "--dry-run")
+    assert slurm.code == 0 and "srun --nodes 2" in slurm.out and "# node 1" not in slurm.out
+    gpus = gp("sweep", "--nodes", "2", "--gpus", "8", "--device", "cuda", "--suite", "ci",
+              "--dry-run")  # fmt: skip
+    assert gpus.code == 0, gpus.err
+    assert "--nproc-per-node 8" in gpus.out and "--device cuda" in gpus.out
+    # a real launch still needs what the preview stood in for
+    real = gp("sweep", "--nodes", "2", "--gpus", "2", "--launcher", "slurm", "--suite", "ci")
+    assert real.code == 2 and "outside a Slurm allocation" in real.err

@@ -12,7 +12,6 @@ from gpuprof import registry
 from gpuprof.cli.export import nccl_tests_of
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.runs.store import list_runs
 from gpuprof.text import fixed_width
 from gpuprof.units import format_size
 
@@ -114,6 +113,9 @@ def runs(folder: str | None, fmt: str) -> None:
 
     Example: gpuprof runs reports --format json
     """
+    # deferred: loads pandas
+    from gpuprof.runs.store import list_runs
+
     path = Path(folder or "reports")
     if not path.is_dir():
         raise UsageError(

@@ -83,8 +83,9 @@ class SweepResult:
     silent: bool = False  # a rank torchrun started that does not hold the run: nothing to say
 
 
-def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
-    """The plan of a new run: job shape from torchrun's environment or the options."""
+def plan_for(request: SweepRequest, kind: str, preview: bool = False) -> SweepPlan:
+    """The plan of a new run: job shape from torchrun's environment or the options
+    (`preview`: a dry run, which may plan CUDA ranks on a machine without GPUs)."""
 
     nodes, gpus = request.nodes, request.gpus
     if kind == "torchrun":  # started by torchrun on every rank: its sizes are the job's
@@ -92,7 +93,12 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
         nodes, gpus = max(1, world // local), local
     if gpus is not None and gpus < 1:
         raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
-    device, visible = plan_device(request.device)
+    if preview and request.device == "cuda" and gpus is None and not _cuda_visible():
+        raise UsageError("a dry run of CUDA ranks on a machine without GPUs needs --gpus")
+    if preview and request.device == "cuda" and not _cuda_visible():  # a login node
+        device, visible = "cuda", gpus or 0
+    else:
+        device, visible = plan_device(request.device)
     if device == "cpu" and request.device == "auto":
         _note_unused_gpus()
     if gpus is None:
@@ -103,7 +109,7 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
             f"--gpus {gpus} CPU ranks on a node with {cores} core(s)",
             f"use at most {CPU_RANKS_PER_CORE * cores}, or pass --force",
         )
-    if device == "cuda" and gpus > visible and kind != "torchrun":
+    if device == "cuda" and gpus > visible and kind != "torchrun" and not preview:
         raise UsageError(
             f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
         )
@@ -118,6 +124,12 @@ def plan_for(request: SweepRequest, kind: str) -> SweepPlan:
         telemetry_hz=request.telemetry_hz,
         link_gbps=_link_gbps(request, nodes),
     )
+
+
+def _cuda_visible() -> bool:
+    import torch  # heavy: only when a sweep resolves its device
+
+    return bool(torch.cuda.is_available() and torch.cuda.device_count())
 
 
 def _note_unused_gpus() -> None:
@@ -152,10 +164,44 @@ def dry_run(request: SweepRequest) -> list[str]:
     kind = resolve_launcher(request.launcher)
     if kind == "torchrun":
         raise UsageError("--dry-run under torchrun: this process is already a rank")
-    plan = plan_for(request, kind)
+    plan = plan_for(request, kind, preview=True)
     check_out_dir(request.out)
+    lines = estimate_lines(plan)
+    if plan.num_nodes > 1 and request.launcher == "auto" and kind == "local":
+        # outside an allocation, before sbatch: what each multi-node launcher would run
+        lines.append("# not in a Slurm allocation or torchrun: the commands each launcher runs")
+        if plan.device == "cpu" and request.device == "auto":
+            lines.append("# device cpu: this machine sees no GPU (--device cuda for a GPU cluster)")
+        for other in ("slurm", "manual"):
+            lines += preview_commands(plan, _config(request, other), request.out)
+        return lines
+    if kind in ("slurm", "manual") and not ready_to_launch(_config(request, kind)):
+        return [*lines, *preview_commands(plan, _config(request, kind), request.out)]
     commands = dry_run_commands(plan, check_launch(plan, _config(request, kind)), request.out)
-    return [*estimate_lines(plan), *commands]
+    return [*lines, *commands]
+
+
+def ready_to_launch(cfg: LaunchConfig) -> bool:
+    """Whether a real launch could be checked here: Slurm inside an allocation, manual with
+    node 0's address."""
+    if cfg.launcher == "slurm":
+        return "SLURM_JOB_ID" in os.environ
+    return cfg.launcher != "manual" or bool(cfg.master_addr)
+
+
+def preview_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]:
+    """A launcher's commands without its environment (no allocation, no address yet):
+    placeholders where the launch would fill them in, said in a comment."""
+    if cfg.launcher == "slurm":
+        head = (
+            "# slurm, from the batch script (sbatch --nodes "
+            f"{plan.num_nodes} --gpus-per-node {plan.gpus_per_node} --ntasks-per-node 1): "
+            "JOBID and the host are the allocation's"
+        )
+    else:
+        cfg = replace(cfg, master_addr=cfg.master_addr or "NODE0_ADDRESS")
+        head = "# manual, on each node (NODE0_ADDRESS: node 0's address, reachable from all)"
+    return [head, *dry_run_commands(plan, cfg, out)]
 
 
 def estimate_lines(plan: SweepPlan) -> list[str]:
