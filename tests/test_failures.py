@@ -182,6 +182,16 @@ def test_resume_measures_only_the_missing_cases(tmp_path: Path) -> None:
         for rec in iter_run_records(run_dir)
         if rec["type"] == "case"
     }
+    # the dry run says what a resume would still measure, and writes nothing
+    preview = subprocess.run(
+        [sys.executable, "-m", "gpuprof", "sweep", "--resume", run_dir.name, "--out",
+         str(tmp_path), "--dry-run"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert preview.returncode == 0, preview.stderr[-2000:]
+    measured = len(before)  # case ids both ranks recorded (one scope here)
+    assert f"# collectives: {measured} of 27 cases measured, {27 - measured} left" in preview.stdout
+    assert completed_cases(run_dir) == before
     result = subprocess.run(
         [
             sys.executable,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuprof import registry
 from gpuprof.errors import UsageError
 from gpuprof.launch.launchers import check_launch, dry_run_commands, node_command, resolve_launcher
 from gpuprof.launch.progress import Progress, wanted
@@ -32,6 +33,7 @@ from gpuprof.runs.store import (
     Run,
     check_out_dir,
     check_tag,
+    completed_cases,
     open_run,
     prepare_resume,
     resume_plan,
@@ -164,6 +166,8 @@ def dry_run(request: SweepRequest) -> list[str]:
     kind = resolve_launcher(request.launcher)
     if kind == "torchrun":
         raise UsageError("--dry-run under torchrun: this process is already a rank")
+    if request.resume is not None:
+        return resume_preview(request, kind)
     plan = plan_for(request, kind, preview=True)
     check_out_dir(request.out)
     lines = estimate_lines(plan)
@@ -179,6 +183,32 @@ def dry_run(request: SweepRequest) -> list[str]:
         return [*lines, *preview_commands(plan, _config(request, kind), request.out)]
     commands = dry_run_commands(plan, check_launch(plan, _config(request, kind)), request.out)
     return [*lines, *commands]
+
+
+def resume_preview(request: SweepRequest, kind: str) -> list[str]:
+    """What `--resume` would still measure: per probe the cases every rank recorded against
+    the plan's, the estimate of what is left, and the command."""
+    run = open_run(str(request.resume), request.out)
+    if run.status == "complete":
+        return [f"# {run.path} is complete; nothing to resume"]
+    plan = resume_plan(run.path)
+    done: dict[str, set[tuple[Any, ...]]] = {}
+    for probe, scope, world, _group, case_id in completed_cases(run.path):
+        done.setdefault(str(probe), set()).add((scope, world, case_id))
+    lines, left = [f"# resume {run.path} ({run.status})"], float(registry.JOB_OVERHEAD_S)
+    for e in estimates(plan):
+        measured = min(len(done.get(e.probe, ())), e.cases)
+        share = (e.cases - measured) / e.cases if e.cases else 0.0
+        left += e.seconds * share
+        lines.append(
+            f"# {e.probe}: {measured} of {e.cases} cases measured, {e.cases - measured} left, "
+            f"about {e.seconds * share:.0f} s"
+        )
+    lines.append(f"# in all about {left:.0f} s left")
+    cfg = _config(request, kind)
+    if kind in ("slurm", "manual") and not ready_to_launch(cfg):
+        return [*lines, *preview_commands(plan, cfg, request.out)]
+    return [*lines, *dry_run_commands(plan, check_launch(plan, cfg), request.out)]
 
 
 def ready_to_launch(cfg: LaunchConfig) -> bool:
