@@ -118,6 +118,9 @@ class ProbeSpec:
     # per case, in order: the bytes each node's NIC sends in one iteration (the estimate's
     # network term on a job of num_nodes x gpus_per_node; None: the probe barely uses it)
     link_bytes: Callable[[ProbeParams, int, int], list[float]] | None = None
+    # per case, in order: floating-point operations one rank does in one iteration (the
+    # estimate's compute term where a model's step outgrows the time budget)
+    step_flops: Callable[[ProbeParams, int, int], list[float]] | None = None
     # the suite's preset fitted to the job: (preset, suite, device, num_nodes, gpus_per_node)
     # -> parameters (the quick suite keeps to its time as nodes and ranks grow)
     for_job: Callable[[ProbeParams, str, str, int, int], ProbeParams] | None = None
@@ -300,23 +303,37 @@ class Estimate:
     seconds: float
 
 
+# float32 matmul rate of one CPU rank, for the estimate of a model's step: the compute probe
+# on the 2-core machine gpuprof is developed on measures 0.10-0.11 TFLOP/s per rank (n=1024,
+# one thread a rank); a training step's other work is slower, so this is a lower bound
+CPU_RANK_TFLOPS = 0.1
+
+
 def estimate(
     spec: ProbeSpec,
     params: ProbeParams,
     num_nodes: int,
     gpus_per_node: int,
     link_gbps: float | None = None,
+    rank_tflops: float | None = None,
 ) -> Estimate:
     """Cases x (time budget + the probe's per-case overhead), plus, on more than one node with
     the link rate known, what the network adds: a case of t seconds per iteration on the link
     runs its warmup, its correctness check (one more iteration) and at least its minimum
     iterations, so it adds (warmup + check) x t and whatever of min_iters x t its budget does
-    not cover. Without the link rate, a lower bound."""
+    not cover. Without the link rate, a lower bound. With a rank's compute rate
+    (`rank_tflops`), a model's step adds the same way: (warmup + one more) x its time, and
+    what of min_iters x its time the budget does not cover."""
     cases = spec.count_cases(params, num_nodes, gpus_per_node)
     seconds = cases * (params.budget_s + spec.case_overhead_s)
     if num_nodes > 1 and link_gbps and spec.link_bytes is not None:
         for nbytes in spec.link_bytes(params, num_nodes, gpus_per_node):
             per_iter = nbytes * 8 / (link_gbps * 1e9)
             seconds += (params.warmup_iters + bool(getattr(params, "check", False))) * per_iter
+            seconds += max(0.0, params.min_iters * per_iter - params.budget_s)
+    if rank_tflops and spec.step_flops is not None:  # a step longer than its budget allows
+        for flops in spec.step_flops(params, num_nodes, gpus_per_node):
+            per_iter = flops / (rank_tflops * 1e12)
+            seconds += (params.warmup_iters + 1) * per_iter
             seconds += max(0.0, params.min_iters * per_iter - params.budget_s)
     return Estimate(probe=spec.name, cases=cases, seconds=seconds)

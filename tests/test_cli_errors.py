@@ -82,3 +82,23 @@ def test_a_dry_run_previews_every_launcher_outside_an_allocation(gp: Gp) -> None
     # a real launch still needs what the preview stood in for
     real = gp("sweep", "--nodes", "2", "--gpus", "2", "--launcher", "slurm", "--suite", "ci")
     assert real.code == 2 and "outside a Slurm allocation" in real.err
+
+
+def test_the_estimate_counts_repeats_and_the_models_step(gp: Gp) -> None:
+    from gpuprof import registry
+    from gpuprof.specs.ddp import DDPParams, model_size
+
+    ten = gp("sweep", "--suite", "ci", "--repeats", "10", "--dry-run").out
+    one = float(re.search(r"# in all about (\d+) s", ten).group(1))  # type: ignore[union-attr]
+    assert f"# --repeats 10: 10 launches, about {10 * one:.0f} s" in ten
+    # a model whose step outgrows the budget: by hand, (warmup + 1) steps and what min_iters
+    # steps take beyond the budget, per case
+    spec = registry.get("ddp")
+    params = DDPParams(model_params=50_000_000, variants=("default",), scaling=False)
+    flat = registry.estimate(spec, params, 1, 2)
+    timed = registry.estimate(spec, params, 1, 2, rank_tflops=0.1)
+    step = 2 * 6 * model_size(params) * params.batch * params.seq / 0.1e12
+    per_case = (params.warmup_iters + 1) * step + max(
+        0.0, params.min_iters * step - params.budget_s
+    )
+    assert timed.seconds - flat.seconds == pytest.approx(flat.cases * per_case, rel=1e-9)

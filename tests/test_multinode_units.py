@@ -80,3 +80,16 @@ def test_node_commands_per_launcher(tmp_path: Path) -> None:
     for argv in (head, other):
         assert argv[argv.index("--max-restarts") + 1] == "0"
         assert argv[argv.index("--rdzv-backend") + 1] == "static"
+
+
+def test_the_local_launcher_lets_the_store_bind_its_own_port(tmp_path: Path) -> None:
+    """A port picked by the launcher and bound later by torchrun can be taken in between by
+    another job on a busy machine (EADDRINUSE, seen on CI): without --master-port the local
+    launcher hands torchrun port 0 and the c10d store binds a free one itself."""
+    plan = SweepPlan(num_nodes=1, gpus_per_node=2, device="cpu")
+    argv = node_command(plan, LaunchConfig(launcher="local"), run_dir=None, out=tmp_path).argv
+    assert argv[argv.index("--rdzv-backend") + 1] == "c10d"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "127.0.0.1:0"
+    fixed = node_command(plan, LaunchConfig(launcher="local", master_port=29511), run_dir=None,
+                         out=tmp_path).argv  # fmt: skip
+    assert fixed[fixed.index("--master-port") + 1] == "29511"

@@ -119,7 +119,7 @@ def test_dry_run_prints_the_launch_and_writes_nothing(tmp_path: Path, gp: Gp) ->
     result = gp("sweep", "--gpus", "3", "--device", "cpu", "--out", str(out), "--dry-run")
     assert result.code == 0
     assert "torch.distributed.run" in result.out and "--nproc-per-node 3" in result.out
-    assert "--rdzv-backend static" in result.out
+    assert "--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:0" in result.out
     assert not out.exists()
 
 

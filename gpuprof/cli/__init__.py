@@ -58,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except click.ClickException as exc:
         code = 2 if isinstance(exc, click.UsageError) else exc.exit_code
-        return _fail(exc.format_message(), code, debug)
+        message = exc.format_message()
+        ctx = getattr(exc, "ctx", None)
+        if isinstance(exc, click.UsageError) and ctx is not None:  # the next step
+            message = f"{message.rstrip('.')} (see {ctx.command_path} --help)"
+        return _fail(message, code, debug)
     except Exception as exc:  # a bug: still one line, the traceback with --debug
         detail = f"internal error: {type(exc).__name__}: {exc}"
         hint = "" if debug else " (rerun with --debug for the traceback)"

@@ -50,7 +50,16 @@ def _sweep(
     if repeats > 1 and request.resume is not None:
         raise UsageError("--repeats cannot be combined with --resume", "resume one run at a time")
     if dry:
-        click.echo("\n".join(runner.dry_run(request)))
+        lines = runner.dry_run(request)
+        if repeats > 1:  # each repeat is its own launch of the same plan
+            total = next((ln for ln in lines if ln.startswith("# in all about ")), None)
+            if total is not None:
+                seconds = float(total.split()[4])
+                lines.insert(
+                    lines.index(total) + 1,
+                    f"# --repeats {repeats}: {repeats} launches, about {repeats * seconds:.0f} s",
+                )
+        click.echo("\n".join(lines))
         return []
     made = []
     for _ in range(repeats):

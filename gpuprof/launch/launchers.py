@@ -20,7 +20,6 @@ from gpuprof.launch.torchrun import (
     LaunchConfig,
     NodeLaunch,
     check_port_free,
-    free_port,
     node_launch,
     static_rdzv,
 )
@@ -47,7 +46,15 @@ def node_command(
 ) -> NodeLaunch:
     """What this node runs: node 0 (or the only node) holds the run folder."""
     if cfg.launcher == "local":
-        rdzv = static_rdzv(0, "127.0.0.1", cfg.master_port or free_port())
+        # without --master-port, the rendezvous store binds a free port itself (c10d on port
+        # 0, as torchrun --standalone): a port picked here and bound later by torchrun can be
+        # taken in between by another job on a busy machine (EADDRINUSE)
+        rdzv = (
+            static_rdzv(0, "127.0.0.1", cfg.master_port)
+            if cfg.master_port
+            else ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id",
+                  "gpuprof-local"]
+        )  # fmt: skip
         return node_launch(plan, 0, rdzv, run_dir=run_dir, home=True)
     if cfg.launcher == "manual":
         assert cfg.master_addr is not None

@@ -115,7 +115,7 @@ def plan_for(request: SweepRequest, kind: str, preview: bool = False) -> SweepPl
         raise UsageError(
             f"--gpus {gpus} but only {visible} GPU(s) are visible", f"use --gpus {visible} or fewer"
         )
-    return build_plan(
+    plan = build_plan(
         request.probes,
         request.opts,
         nodes=nodes,
@@ -126,6 +126,14 @@ def plan_for(request: SweepRequest, kind: str, preview: bool = False) -> SweepPl
         telemetry_hz=request.telemetry_hz,
         link_gbps=_link_gbps(request, nodes),
     )
+    if kind != "torchrun" and not any(e.cases for e in estimates(plan)):
+        probes = ", ".join(plan.probes)
+        raise UsageError(
+            f"the plan measures nothing: {probes} ha{'s' if len(plan.probes) == 1 else 've'} "
+            f"no case on {nodes} node(s) x {gpus} rank(s) with these options",
+            "check the options against the job's shape (e.g. --scopes inter needs 2+ nodes)",
+        )
+    return plan
 
 
 def _cuda_visible() -> bool:

@@ -116,6 +116,7 @@ def estimates(plan: SweepPlan) -> list[registry.Estimate]:
             plan.num_nodes,
             plan.gpus_per_node,
             plan.link_gbps,
+            registry.CPU_RANK_TFLOPS if plan.device == "cpu" else None,
         )
         for name in plan.probes
     ]

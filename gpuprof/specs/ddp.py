@@ -223,6 +223,16 @@ def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     return len(scopes) - 1 + len(params.variants)
 
 
+def step_flops(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[float]:
+    """Per case: one rank's FLOPs in a round: the DDP step and its no-op-hook twin, each
+    forward and backward about 6 x parameters x tokens (x the accumulation steps)."""
+    assert isinstance(params, DDPParams)
+    scopes = ddp_scopes(num_nodes, gpus_per_node, params.scaling)
+    variants = [params.variants[0]] * (len(scopes) - 1) + list(params.variants)
+    tokens = params.batch * params.seq
+    return [2 * 6 * model_size(params) * tokens * int(parse_variant(v)["accum"]) for v in variants]
+
+
 def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[float]:
     """Per case: bytes each node's NIC sends per round, where the group spans nodes: a round
     all-reduces the gradients twice (the DDP step and the communication-only step), as a
@@ -306,6 +316,7 @@ SPEC = ProbeSpec(
     ),
     count_cases=count_cases,
     link_bytes=link_bytes,
+    step_flops=step_flops,
     for_job=quick_for_job,
     case_overhead_s=1.7,  # building the model, its twin and warmup steps
     rank_module="gpuprof.probes.ddp",
