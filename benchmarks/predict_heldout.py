@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PLAN = [
-    "--probes", "collectives,ddp,pipeline", "-o", "all_reduce,all_gather",
+    "--probes", "collectives,ddp,pipeline", "--op", "all_reduce,all_gather",
     "--sizes", "1K,8K,64K,256K,1M,2M,4M", "--scopes", "global", "--budget-ms", "300",
     "--min-iters", "5", "--warmup", "2", "--ddp-variants", "default",
     "--schedules", "GPipe,1F1B", "--micro-batches", "4,8",

@@ -22,8 +22,8 @@ GOLDEN = ROOT / "tests" / "data" / "p2p-mesh-slow-link"
 
 SWEEP = [
     (["--op", "all_gatherr"], "unknown op 'all_gatherr'"),
-    (["-o", ""], "invalid --op ''"),
-    (["-o", "all_reduce,"], "invalid --op"),
+    (["--op", ""], "invalid --op ''"),
+    (["--op", "all_reduce,"], "invalid --op"),
     (["--sizes", "1K,1Q"], "invalid size '1Q'"),
     (["--sizes", ""], "empty size list"),
     (["--sizes", "1K,,2K"], "empty item in the size list"),

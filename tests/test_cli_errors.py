@@ -102,3 +102,29 @@ def test_the_estimate_counts_repeats_and_the_models_step(gp: Gp) -> None:
         0.0, params.min_iters * step - params.budget_s
     )
     assert timed.seconds - flat.seconds == pytest.approx(flat.cases * per_case, rel=1e-9)
+
+
+def test_a_measurement_prints_json_when_asked(gp: Gp, tmp_path: Path) -> None:
+    """--format json: one object per run with stable keys, and no tables or headline."""
+    import json
+
+    done = gp("run", "compute", "--matmul-n", "64", "--budget-ms", "20", "--no-telemetry",
+              "--format", "json", "--out", str(tmp_path))  # fmt: skip
+    assert done.code == 0, done.err
+    data = json.loads(done.out)
+    assert set(data) == {"run", "status", "report", "verdict", "findings", "failures"}
+    assert data["status"] == "complete" and data["report"].endswith("report.html")
+    assert isinstance(data["findings"], list) and data["failures"] == []
+    listed = json.loads(gp("runs", str(tmp_path), "--format", "json").out)
+    assert [r["path"] for r in listed] == [data["run"]]
+
+
+def test_an_old_spelling_still_works_for_one_release_and_says_so(gp: Gp) -> None:
+    old = gp("run", "collectives", "-o", "all_reduce", "--suite", "ci", "--dry-run")
+    new = gp("run", "collectives", "--op", "all_reduce", "--suite", "ci", "--dry-run")
+    assert old.code == new.code == 0, old.err
+    assert "gpuprof: note: -o is now --op" in old.err and "note" not in new.err
+    first = lambda out: out.splitlines()[0]  # noqa: E731 - the plan's first line
+    assert first(old.out) == first(new.out)
+    # -o keeps meaning an output file where it always did
+    assert "is now" not in gp("report", "nope", "-o", "x.html").err

@@ -47,7 +47,7 @@ def test_two_node_sweep_matches_iperf3(tmp_path: Path) -> None:
             cluster,
             tmp_path,
             [
-                "-o",
+                "--op",
                 "sendrecv,broadcast",
                 "--sizes",
                 "64K,8M",
@@ -262,7 +262,7 @@ def test_check_flags_a_slower_link_on_the_cases_that_cross_it(tmp_path: Path) ->
     at 10% and 20% are measured by benchmarks/gate_rates.py (the fault hook), not asserted
     here; the README keeps one measured 20% link cut."""
     plan = [
-        "--probes", "collectives", "-o", "all_reduce", "--sizes", "1M,4M", "--suite", "ci",
+        "--probes", "collectives", "--op", "all_reduce", "--sizes", "1M,4M", "--suite", "ci",
         "--scopes", "intra,inter,global", "--budget-ms", "300", "--min-iters", "5",
         "--no-report", "--no-telemetry",
     ]  # fmt: skip
@@ -309,7 +309,7 @@ def test_predict_holds_for_node_counts_it_did_not_fit(tmp_path: Path) -> None:
     from gpuprof.predict.fits import fit_collectives
 
     plan = [
-        "--probes", "collectives", "-o", "all_reduce", "--sizes", "1K,8K,64K,256K,1M,4M",
+        "--probes", "collectives", "--op", "all_reduce", "--sizes", "1K,8K,64K,256K,1M,4M",
         "--scopes", "global", "--budget-ms", "200", "--min-iters", "5", "--warmup", "2",
         "--no-report", "--no-telemetry",
     ]  # fmt: skip

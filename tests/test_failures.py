@@ -226,7 +226,7 @@ def test_a_rank_that_raises_leaves_its_traceback_and_every_ranks_log(
     failures and in the report's failure banner, and each rank's output in logs/."""
     monkeypatch.setenv("GPUPROF_FAULT_RAISE", "1:collectives/*all_reduce*65536*")
     args = ["sweep", "--device", "cpu", "--out", str(tmp_path), "--timeout", "30", *FAST]
-    result = gp(*args, "--probes", "collectives", "-o", "all_reduce", "--no-telemetry")
+    result = gp(*args, "--probes", "collectives", "--op", "all_reduce", "--no-telemetry")
     assert result.code == 3, result.err
     run = open_run("latest", tmp_path)
     failure = run.info["failures"][0]  # the rank that raised, named first

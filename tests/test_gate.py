@@ -292,7 +292,7 @@ def test_fail_rules_and_outputs_are_checked_before_measuring(tmp_path: Path, gp:
 # ---------------------------------------------------------------------------------------
 # Real runs: two gloo ranks on CPU.
 
-PLAN = ["--probes", "collectives,compute", "-o", "all_reduce", "--sizes", "64K", "--suite", "ci"]
+PLAN = ["--probes", "collectives,compute", "--op", "all_reduce", "--sizes", "64K", "--suite", "ci"]
 
 
 @pytest.fixture(scope="module")
@@ -345,9 +345,12 @@ def test_check_on_real_runs(gate_runs: dict[str, Path], gp: Gp, tmp_path: Path) 
     base_runs = sorted(p for p in gate_runs["base"].iterdir() if p.is_dir())
     assert len(base_runs) == 5
     base_file = tmp_path / "base.json"
-    made = gp("baseline", *map(str, base_runs), "-o", str(base_file))
+    made = gp("baseline", *map(str, base_runs), "-o", str(base_file), "--format", "json")
     assert made.code == 0, made.err
+    assert json.loads(made.out)["runs"] == 5 and json.loads(made.out)["case_metrics"] > 0
     assert base_file.stat().st_size < 100_000
+    steps = json.loads(gp("trend", *map(str, base_runs), "--format", "json").out)
+    assert steps["runs"] == [p.name for p in base_runs] and isinstance(steps["steps"], list)
 
     # a run the baseline holds is within its own spread by construction: exit 0
     same = gp("check", "--baseline", str(base_file), "--run", str(base_runs[0]))

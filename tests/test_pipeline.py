@@ -139,7 +139,7 @@ def test_sweep_takes_every_probe_option(tmp_path: Path, gp: Gp) -> None:
         "1M",
         "--matmul-n",
         "64",
-        "-o",
+        "--op",
         "all_reduce",
     )
     assert result.code == 0, result.err

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 PLAN = [
-    "sweep", "--device", "cpu", "--probes", "collectives", "-o", "all_reduce,all_gather",
+    "sweep", "--device", "cpu", "--probes", "collectives", "--op", "all_reduce,all_gather",
     "--sizes", "1K,64K,1M", "--budget-ms", "200", "--no-report", "--no-telemetry",
 ]  # fmt: skip
 DEADLINE_S = 240

@@ -65,7 +65,7 @@ def test_label_values_are_escaped() -> None:
 def test_sweep_writes_the_textfile_when_it_ends(tmp_path: Path, gp: Gp) -> None:
     target = tmp_path / "gpuprof.prom"
     args = ["sweep", "--device", "cpu", "--out", str(tmp_path / "runs"), *FAST]
-    args += ["--probes", "collectives", "-o", "all_reduce", "--no-report", "--no-telemetry"]
+    args += ["--probes", "collectives", "--op", "all_reduce", "--no-report", "--no-telemetry"]
     result = gp(*args, "--prom-textfile", str(target))
     assert result.code == 0, result.err
     found = families(target.read_text())

@@ -231,7 +231,7 @@ def dp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("predict")
     code, run_dir = sweep_run(
-        out, 2, "--probes", "collectives,ddp,pipeline", "-o", "all_reduce,all_gather",
+        out, 2, "--probes", "collectives,ddp,pipeline", "--op", "all_reduce,all_gather",
         *TINY_DDP, "--ddp-variants", "default", "--schedules", "GPipe,1F1B",
         "--micro-batches", "2,4", "--no-report", "--sizes", "1K,16K,256K,1M,4M",
         "--budget-ms", "30", "--min-iters", "5",

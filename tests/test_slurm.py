@@ -53,7 +53,7 @@ def test_fake_slurm_sweep(tmp_path: Path) -> None:
         "cpu",
         "--out",
         str(tmp_path),
-        "-o",
+        "--op",
         "all_reduce,broadcast",
         "--sizes",
         "4K",
@@ -179,7 +179,7 @@ def test_inside_an_srun_step_each_node_runs_its_own_ranks(tmp_path: Path) -> Non
     assert "srun --nodes" not in dry.stdout and "# node 1" in dry.stdout
     assert "--master-addr localhost" in dry.stdout
     port = str(free_port())
-    fast = ["-o", "all_reduce", "--sizes", "4K", "--budget-ms", "5", "--probes", "collectives"]
+    fast = ["--op", "all_reduce", "--sizes", "4K", "--budget-ms", "5", "--probes", "collectives"]
     procs = [
         subprocess.Popen(
             [

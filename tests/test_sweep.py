@@ -97,7 +97,7 @@ def test_gpuprof_run_prints_an_nccl_tests_table(tmp_path: Path, gp: Gp) -> None:
         "cpu",
         "--out",
         str(tmp_path),
-        "-o",
+        "--op",
         "all_reduce",
         "-b",
         "1K",

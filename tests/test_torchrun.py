@@ -33,7 +33,7 @@ def test_torchrun_module_entry(tmp_path: Path, entry: list[str]) -> None:
         "cpu",
         "--out",
         str(tmp_path),
-        "-o",
+        "--op",
         "all_reduce,reduce_scatter",
         "--sizes",
         "4K",

@@ -41,12 +41,35 @@ for _command in (
     cli.add_command(_command)
 
 
+# old spellings, accepted for one release with a one-line note: (commands, old, new). `-o` names
+# an output file everywhere else (docs/development.md, "Naming")
+RENAMED = (
+    (("sweep", "run"), "-o", "--op"),
+    (("predict",), "--network-gbps", "--nic-gbps"),
+)
+
+
+def renamed(args: list[str]) -> list[str]:
+    """The arguments with old spellings replaced, each replacement said once on stderr."""
+    command = next((a for a in args if not a.startswith("-")), None)
+    out = list(args)
+    for commands, old, new in RENAMED:
+        if command not in commands:
+            continue
+        for i, arg in enumerate(out):
+            if arg == old or arg.startswith(old + "="):
+                out[i] = new + arg[len(old) :]
+                click.echo(f"gpuprof: note: {old} is now {new} (the old spelling goes in the "
+                           "next release)", err=True)  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured.
     `--debug` (anywhere on the line) adds the traceback and keeps the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    args = [a for a in args if a != "--debug"] or ["--help"]  # bare `gpuprof`: the help, exit 0
+    args = renamed([a for a in args if a != "--debug"]) or ["--help"]  # bare: the help, exit 0
     try:
         result = cli.main(
             args=args, prog_name="gpuprof", standalone_mode=False, obj={"argv": ["gpuprof", *args]}

@@ -4,6 +4,7 @@ click layer over `gpuprof.gate`; pandas and scipy are imported inside the comman
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,11 @@ from gpuprof.text import fixed_width
 @click.command()
 @click.argument("runs", metavar="RUN...", nargs=-1, required=True)
 @click.option("-o", "output", required=True, type=click.Path(), help="baseline file to write")
+@click.option(
+    "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
+)
 @out_option
-def baseline(runs: tuple[str, ...], output: str, out: str) -> None:
+def baseline(runs: tuple[str, ...], output: str, fmt: str, out: str) -> None:
     """Write a baseline file (JSON, small enough to commit) from complete runs of one plan.
 
     Example: gpuprof sweep --suite ci --repeats 5 && gpuprof baseline 0001 0002 0003 0004 0005
@@ -31,6 +35,10 @@ def baseline(runs: tuple[str, ...], output: str, out: str) -> None:
 
     opened = [open_run(spec, out) for spec in runs]
     data = write_baseline(opened, Path(output))
+    if fmt == "json":  # what was written: file, case-metrics, runs
+        summary = {"baseline": output, "case_metrics": len(data["cases"]), "runs": len(opened)}
+        click.echo(json.dumps(summary, indent=1))
+        return
     click.echo(
         f"{output}: {len(data['cases'])} case-metrics from {len(opened)} run(s)"
         + ("" if len(opened) > 1 else " (one run: thresholds will be --min-effect alone)")
@@ -125,9 +133,14 @@ def compare(side_a: str, side_b: str, output: str | None, fmt: str, **kw: Any) -
     type=click.IntRange(2, 100),
     help="without --baseline: the most runs before a run it is compared with",
 )
+@click.option(
+    "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
+)
 @gate_options
 @out_option
-def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, **kw: Any) -> None:
+def trend(
+    runs: tuple[str, ...], baseline_spec: str | None, output: str | None, fmt: str, **kw: Any
+) -> None:
     """Each case's metrics across runs in order (CI artifacts of successive commits), with the
     runs where a step came in (against --baseline, or else against the runs before each).
 
@@ -149,9 +162,19 @@ def trend(runs: tuple[str, ...], baseline_spec: str | None, output: str | None, 
         for p in points
         for r in p.steps.to_dict("records")
     ]
-    click.echo(f"gpuprof trend: {len(points)} runs, {len(found)} step(s)")
-    if found:
-        click.echo(fixed_width([["run", "verdict", "case", "metric", "change"], *found], left=4))
+    if fmt == "json":  # runs in order; steps: run, verdict, case, metric, change_pct
+        steps = [
+            {"run": p.name, "verdict": r["verdict"], "case": r["case"], "metric": r["metric"],
+             "change_pct": float(r["change_pct"])}
+            for p in points
+            for r in p.steps.to_dict("records")
+        ]  # fmt: skip
+        click.echo(json.dumps({"runs": [p.name for p in points], "steps": steps}, indent=1))
+    else:
+        click.echo(f"gpuprof trend: {len(points)} runs, {len(found)} step(s)")
+        if found:
+            rows = [["run", "verdict", "case", "metric", "change"], *found]
+            click.echo(fixed_width(rows, left=4))
     if target is not None:
         # deferred: loads pandas, plotly, scipy
         from gpuprof.gate.compare import render_trend, write_page

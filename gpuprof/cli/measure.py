@@ -4,6 +4,7 @@ like one nccl-tests binary). Each parses its options into a sweep request and ha
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def _sweep(
     # deferred: loads pandas
     from gpuprof.launch import runner
 
-    dry, repeats = kw.pop("dry_run"), kw.pop("repeats")
+    dry, repeats, fmt = kw.pop("dry_run"), kw.pop("repeats"), kw.pop("fmt")
     request = _request(probes, tag, opts, kw)
     if repeats > 1 and request.resume is not None:
         raise UsageError("--repeats cannot be combined with --resume", "resume one run at a time")
@@ -64,14 +65,16 @@ def _sweep(
     made = []
     for _ in range(repeats):
         result = runner.sweep(request)
-        _say(request, result, tables)
+        _say(request, result, tables and fmt == "table", fmt)
         if result.run_dir is not None and result.home:
             made.append(result.run_dir)
     return made
 
 
-def _say(request: Any, result: Any, tables: bool) -> None:
-    """How one sweep ended: its tables or report on the home node; an error if incomplete."""
+def _say(request: Any, result: Any, tables: bool, fmt: str = "table") -> None:
+    """How one sweep ended: its tables or report on the home node (json: one object with the
+    run, its status, the report, its verdict and findings, and the failures); an error if
+    incomplete."""
     if result.note:
         click.echo(f"gpuprof: {result.note}", err=True)
         return
@@ -91,9 +94,20 @@ def _say(request: Any, result: Any, tables: bool) -> None:
 
             for text in run_tables(result.run_dir):
                 click.echo(text)
-        if result.headline and not request.quiet:  # the verdict before the path (stderr)
-            click.echo("\n".join(result.headline), err=True)
-        click.echo(str(result.report or result.run_dir))
+        if fmt == "json":
+            summary = {
+                "run": str(result.run_dir),
+                "status": result.status,
+                "report": str(result.report) if result.report else None,
+                "verdict": result.verdict,
+                "findings": list(result.findings),
+                "failures": result.failures,
+            }
+            click.echo(json.dumps(summary, default=str))
+        else:
+            if result.verdict and not request.quiet:  # the verdict before the path (stderr)
+                click.echo("\n".join(_headline(result.verdict, result.findings)), err=True)
+            click.echo(str(result.report or result.run_dir))
     if result.status != "complete":
         first = result.failures[0] if result.failures else {}
         if first.get("probe") == "preflight":
@@ -104,6 +118,17 @@ def _say(request: Any, result: Any, tables: bool) -> None:
             f"run {result.status}: {_who(first)}{first.get('error') or 'unknown error'}",
             f"completed cases are kept in {result.run_dir}",
         )
+
+
+HEADLINE_FINDINGS = 3  # findings a sweep prints in the terminal
+
+
+def _headline(verdict: str, findings: tuple[str, ...]) -> list[str]:
+    """The report's verdict and its first findings, and how many more there are."""
+    lines = [verdict, *(f"- {line}" for line in findings[:HEADLINE_FINDINGS])]
+    if len(findings) > HEADLINE_FINDINGS:
+        lines.append(f"({len(findings) - HEADLINE_FINDINGS} more finding(s) in the report)")
+    return lines
 
 
 def _who(failure: dict[str, Any]) -> str:

@@ -149,6 +149,14 @@ def launch_options(func: F) -> F:
         ),
         click.option("--dry-run", is_flag=True, help="print the launch commands; write nothing"),
         click.option(
+            "--format",
+            "fmt",
+            default="table",
+            show_default=True,
+            type=click.Choice(["table", "json"]),
+            help="how the end result prints (json: one object per run)",
+        ),
+        click.option(
             "--repeats",
             default=1,
             show_default=True,

@@ -74,7 +74,6 @@ def _positive(name: str, value: float | None) -> float | None:
     type=click.IntRange(1, 1024),
     help="NICs per node [default: the preset's, or 1 per GPU]",
 )
-@click.option("--network-gbps", type=float, hidden=True, help="deprecated: --nic-gbps")
 @click.option("--intra-gbps", type=float, help="what-if: each link inside a node in Gbit/s")
 @click.option("--grad-dtype", type=click.Choice(["bf16", "fp16"]), help="what-if: 16-bit gradients")
 @click.option("--bucket-mb", type=float, help="what-if: DDP bucket size")
@@ -97,9 +96,6 @@ def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
     from gpuprof.predict.whatifs import DEFAULT_NODES, PredictRequest
     from gpuprof.runs.store import open_run
 
-    if kw["network_gbps"] is not None:
-        click.echo("gpuprof: --network-gbps is now --nic-gbps (per NIC; --nics per node)", err=True)
-        kw["nic_gbps"] = kw["nic_gbps"] or kw["network_gbps"]
     for name in ("compute_ms", "nic_gbps", "intra_gbps", "bucket_mb"):
         _positive("--" + name.replace("_", "-"), kw[name])
     if kw["nics"] is not None and kw["nic_gbps"] is None and kw["hardware"] is None:

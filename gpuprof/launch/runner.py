@@ -78,7 +78,8 @@ class SweepResult:
     status: str
     failures: list[dict[str, Any]]
     report: Path | None
-    headline: tuple[str, ...] = ()  # the report's verdict and first findings, for the terminal
+    verdict: str | None = None  # the report's verdict line
+    findings: tuple[str, ...] = ()  # the report's findings
     home: bool = True
     note: str | None = None  # said instead of measuring (a resumed run that is complete)
     overrun: str | None = None  # the sweep took much longer than estimated
@@ -322,12 +323,13 @@ def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None)
     the Prometheus textfile."""
     info = finish_run(run_dir, supervised.returncode if supervised else 0, supervised)
     report: Path | None = None
-    headline: list[str] = []
+    verdict: str | None = None
+    found: list[str] = []
     if request.report:
         # deferred: loads plotly, for the report only
         from gpuprof.reports.html import write_report_headline
 
-        report, headline = write_report_headline(Run(run_dir))
+        report, verdict, found = write_report_headline(Run(run_dir))
     if request.prom_textfile:
         write_textfile(run_dir, Path(request.prom_textfile))
     return SweepResult(
@@ -335,7 +337,8 @@ def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None)
         status=info["status"],
         failures=info["failures"],
         report=report,
-        headline=tuple(headline),
+        verdict=verdict,
+        findings=tuple(found),
     )
 
 

@@ -102,9 +102,6 @@ def build_sections(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     return sections
 
 
-HEADLINE_FINDINGS = 3  # findings a sweep prints in the terminal
-
-
 def findings(analyzed: Analyzed) -> list[str]:
     """Every probe's findings in registry order, then scaling's and telemetry's."""
     rules = [s.advice for s in registry.specs().values() if s.advice]
@@ -162,16 +159,12 @@ def write_report(run: Run, path: Path | None = None) -> Path:
     return write_report_headline(run, path)[0]
 
 
-def write_report_headline(run: Run, path: Path | None = None) -> tuple[Path, list[str]]:
-    """Write the report; its path, and its headline for the terminal: the verdict and the
-    first HEADLINE_FINDINGS findings (how many more there are, if any)."""
+def write_report_headline(run: Run, path: Path | None = None) -> tuple[Path, str, list[str]]:
+    """Write the report; its path, its verdict line and its findings (for the terminal)."""
     target = path or run.path / REPORT_NAME
     html, verdict, found = _render(run)
-    headline = [verdict, *(f"- {line}" for line in found[:HEADLINE_FINDINGS])]
-    if len(found) > HEADLINE_FINDINGS:
-        headline.append(f"({len(found) - HEADLINE_FINDINGS} more finding(s) in the report)")
     try:
         target.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write the report to {target}: {exc.strerror}") from None
-    return target, headline
+    return target, verdict, found

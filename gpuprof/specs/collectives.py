@@ -173,7 +173,7 @@ def _ops(text: str) -> tuple[str, ...]:
     reductions = [op for op in ops if op in (*REDOPS, "prod", "avg")]
     if reductions:
         raise ValueError(
-            f"-o/--op names the collective here; nccl-tests' -o is the reduction: use --redop "
+            f"--op names the collective here; nccl-tests' -o is the reduction: use --redop "
             f"{reductions[0]}"
         )
     return ops
@@ -222,13 +222,12 @@ _EXPORT_LABELS = (
 SPEC = ProbeSpec(
     name="collectives",
     help="Collectives with nccl-tests semantics.\n\n"
-    "Example: gpuprof run collectives --gpus 2 -o all_reduce -b 1K -e 64M -f 4",
+    "Example: gpuprof run collectives --gpus 2 --op all_reduce -b 1K -e 64M -f 4",
     params=CollectivesParams,
     suite=suite_collectives,
     options=(
         Option(
             flag="--op",
-            short="-o",
             dest="ops",
             field="ops",
             parse=_ops,
