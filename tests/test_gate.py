@@ -414,7 +414,11 @@ def test_check_on_real_runs(gate_runs: dict[str, Path], gp: Gp, tmp_path: Path) 
     trend_page = tmp_path / "trend.html"
     for i, run in enumerate([*base_runs, gate_runs["slow"]]):
         shutil.copytree(run, tmp_path / "artifacts" / f"commit{i}")
-    tr = gp("trend", str(tmp_path / "artifacts"), "--min-effect", "40", "-o", str(trend_page))
+    # judged against the baseline as the check above was: without one, a noise step in the
+    # all_reduce case at an earlier run restarts the window, and on a loaded machine the last
+    # run was then judged against two runs only (t at 1 degree of freedom)
+    tr = gp("trend", str(tmp_path / "artifacts"), "--baseline", str(base_file), "--min-effect",
+            "40", "-o", str(trend_page))  # fmt: skip
     assert tr.code == 0, tr.err
     assert "compute rank=0 float32 n=1024" in tr.out and trend_page.exists()
 
@@ -457,10 +461,15 @@ def test_fault_hook_dilates_the_timed_clock_by_its_factor(monkeypatch: pytest.Mo
         while time.perf_counter() < end:
             pass
 
-    with stretched(1.5):
-        slowed = sorted(_time_cpu(op, 7))[3]
-    plain = sorted(_time_cpu(op, 7))[3]
-    assert slowed / plain == pytest.approx(1.5, rel=0.15)
+    # the op busy-waits 2 ms of wall time, which a busy machine can only lengthen (a rank
+    # descheduled in the middle): the shortest of interleaved tries is the op itself, on both
+    # sides (medians of one block each once came out 4.4x apart on a loaded machine)
+    slowed, plain = [], []
+    for _ in range(10):
+        with stretched(1.5):
+            slowed += _time_cpu(op, 1)
+        plain += _time_cpu(op, 1)
+    assert min(slowed) / min(plain) == pytest.approx(1.5, rel=0.1)
     monkeypatch.setenv("GPUPROF_FAULT_SLOW", "1.2:compute/*")
     assert slowdown_for("compute", "matmul.float32.1024") == 1.2
     assert slowdown_for("memory", "host_copy") == 1.0

@@ -203,3 +203,34 @@ def test_ab_end_to_end_names_the_case_a_candidate_environment_slows(tmp_path: Pa
     assert "candidate sets MKL_ENABLE_INSTRUCTIONS=SSE4_2" in data["notes"]
     compute = [c for c in data["cases"] if c["probe"] == "compute"]
     assert all(c["ratio"] < 0.6 and c["ratio_hi"] < 0.95 and c["pairs"] == 2 for c in compute)
+
+
+def test_a_check_of_one_or_two_probes_keeps_its_raw_ratios() -> None:
+    """A probe's cases share their causes: with the link 40% slower and collectives the only
+    probe, its crossing cases are the regression, not the machine (a check like this removed
+    them as a "machine shift" once). From three probes up the factor is estimated."""
+    from gpuprof.gate.check import run_check
+    from gpuprof.gate.sides import Side
+
+    rng = np.random.default_rng(8)
+    link = [("collectives", c) for c in range(6)]
+    base = _measured({k: list(100 * np.exp(rng.normal(0, 0.01, 5))) for k in link})
+    slowed = {k: [(140.0 if k[1] < 4 else 100.0) * math.exp(rng.normal(0, 0.01))] for k in link}
+    fingerprint = {"device": "cpu", "versions": {"gpuprof": "x"}}
+    result = run_check(
+        Side(label="base", measured=base, fingerprint=fingerprint),
+        Side(label="cand", measured=_measured(slowed), fingerprint=fingerprint),
+        allow_mismatch=True,
+    )
+    assert result.machine is None and any("machine: not estimated" in n for n in result.notes)
+    assert (result.table["verdict"] == "regression").sum() == 4 and result.exit_code == 1
+    three = [(p, c) for p in ("a", "b", "c") for c in range(3)]
+    base3 = _measured({k: list(100 * np.exp(rng.normal(0, 0.01, 5))) for k in three})
+    cand3 = _measured({k: [115 * math.exp(rng.normal(0, 0.01))] for k in three})
+    shifted = run_check(
+        Side(label="base", measured=base3, fingerprint=fingerprint),
+        Side(label="cand", measured=cand3, fingerprint=fingerprint),
+        allow_mismatch=True,
+    )
+    assert shifted.machine is not None and shifted.machine.verdict == "slower"
+    assert not (shifted.table["verdict"] == "regression").any()

@@ -13,7 +13,7 @@ import pandas as pd
 
 from gpuprof import registry
 from gpuprof.errors import UsageError
-from gpuprof.gate.machine import MachineFactor, machine_factor
+from gpuprof.gate.machine import MIN_PROBES, MachineFactor, machine_factor, probes_compared
 from gpuprof.gate.sides import MUST_MATCH, Side, differences, version_notes
 from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, verdict_counts
 
@@ -75,9 +75,15 @@ def run_check(
             "from each other more than their iterations do; make baselines from --repeats 3+)"
         )
     base_m, cand_m, factor = baseline.measured, candidate.measured, None
-    if machine:
+    probes = probes_compared(base_m, cand_m)
+    if machine and probes >= MIN_PROBES:
         factor, base_m, cand_m = machine_factor(base_m, cand_m, min_effect=min_effect, alpha=alpha)
         notes.append(factor.line())
+    elif machine:
+        notes.append(
+            f"machine: not estimated (it takes cases of {MIN_PROBES} probes or more, this check "
+            f"has {probes}): cases are judged on their raw ratios"
+        )
     table = compare(base_m, cand_m, min_effect=min_effect, alpha=alpha, effects=effects)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0
     if factor is not None and fail_on_machine_shift and factor.verdict != "same":

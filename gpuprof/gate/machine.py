@@ -26,6 +26,11 @@ from scipy import stats
 from gpuprof.analysis.measured import Measured
 
 KEYS = ["probe", "metric", "key"]
+# probes a machine factor is estimated from: a probe's cases share its causes (one link, one
+# kernel library), so with fewer probes a regression of one of them looks like the machine
+# (a 40% slower link, the only probe of a check, was removed as a "machine shift"); with three,
+# the median keeps to the probes that did not move
+MIN_PROBES = 3
 
 
 @dataclass(frozen=True)
@@ -126,10 +131,17 @@ def adjust(measured: Measured, factors: pd.Series | float) -> Measured:
     return Measured(values=scaled, samples=samples)
 
 
+def probes_compared(base: Measured, cand: Measured) -> int:
+    """How many probes have cases on both sides."""
+    both = set(base.values["probe"]) & set(cand.values["probe"])
+    return len(both)
+
+
 def machine_factor(
     base: Measured, cand: Measured, *, min_effect: float, alpha: float
 ) -> tuple[MachineFactor, Measured, Measured]:
-    """The candidate's machine factor and both sides with their factors removed."""
+    """The candidate's machine factor and both sides with their factors removed (callers
+    estimate it only from MIN_PROBES probes up: `probes_compared`)."""
     per_run = baseline_factors(base)
     base_adj = adjust(base, per_run)
     b = base_adj.values[base_adj.values["value"] > 0].groupby(KEYS)

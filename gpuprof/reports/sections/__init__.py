@@ -74,7 +74,10 @@ class Section:
 
 
 def embed(fig: Any) -> str:
-    """A figure as an HTML fragment that uses the page's one copy of plotly.js."""
+    """A figure as an HTML fragment that uses the page's one copy of plotly.js. Its mode bar
+    stands upright in the right margin, where it cannot cover the title."""
+    right = fig.layout.margin.r if fig.layout.margin.r is not None else 80
+    fig.update_layout(modebar={"orientation": "v"}, margin={"r": max(right, 50)})
     return str(
         fig.to_html(
             full_html=False,
