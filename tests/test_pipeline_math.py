@@ -210,3 +210,13 @@ def test_bubble_advice_names_the_micro_batches_and_interleaving() -> None:
     assert "Interleaved1F1B with v=2 chunks per rank: theory 16% at m=8" in finding
     quiet = {**row, "bubble_pct": 12.0}
     assert pipeline_findings(pd.DataFrame([quiet]), pd.DataFrame()) == []
+    # several schedules above the limit: one finding naming each, not one each
+    zb = {**row, "schedule": "ZBVZeroBubble", "theory_pct": float("nan"), "bubble_pct": 43.0,
+          "simulated_pct": 6.0}  # fmt: skip
+    gpipe = {**row, "schedule": "GPipe", "bubble_pct": 25.0}
+    (grouped,) = pipeline_findings(pd.DataFrame([row, zb, gpipe]), pd.DataFrame())
+    assert grouped.startswith("Pipeline bubbles above 20% of the step in 3 schedules at p=4 m=8")
+    assert "1F1B 31% (theory 27%, simulated 28%)" in grouped
+    assert "ZBVZeroBubble 43% (simulated 6%)" in grouped
+    assert "m=27 for 1F1B, m=27 for GPipe" in grouped and "nan" not in grouped
+    assert "In 1 of them the measured bubble exceeds the simulated one by 37 points" in grouped
