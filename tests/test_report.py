@@ -84,3 +84,15 @@ def test_long_tables_show_their_interesting_rows_first(two_rank_run: Path) -> No
     assert full is not None
     assert 1 < shown.group(1).count("<tr") - 1 < int(full.group(1))
     assert len(html.encode()) < 6_000_000
+
+
+def test_the_report_opens_with_a_health_verdict() -> None:
+    from gpuprof.reports.html import health
+
+    measured = "9 cases measured on 2 rank(s), cpu/gloo; every result was correct."
+    assert health(measured, False, []) == f"Healthy: {measured}"
+    one = health(measured, False, ["DDP exposes 28% communication. Try fp16 compression."])
+    assert one == f"One finding: {measured} First finding: DDP exposes 28% communication."
+    two = health(measured, False, ["A. B.", "C."])
+    assert two.startswith("Worth a look: ") and two.endswith("First finding: A. (+1 more below)")
+    assert health("Run partial: 3 cases measured.", True, []).startswith("Failing: Run partial")

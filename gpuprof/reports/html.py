@@ -92,6 +92,23 @@ def _fallback_verdict(info: dict[str, Any], tables: list[str]) -> tuple[str, boo
     return f"Nothing was measured (run {status}).", True
 
 
+def health(measured: str, bad: bool, found: list[str]) -> str:
+    """The report's first line: a verdict (healthy, worth a look, or failing), what was
+    measured and whether every result was right, and the first finding's first sentence."""
+    if bad:
+        state = "Failing"
+    elif found:
+        state = "Worth a look" if len(found) > 1 else "One finding"
+    else:
+        state = "Healthy"
+    line = f"{state}: {measured.strip()}"
+    if found:
+        first = found[0].split(". ")[0].rstrip(".")
+        more = f" (+{len(found) - 1} more below)" if len(found) > 1 else ""
+        line += f" First finding: {first}.{more}"
+    return line
+
+
 def build_sections(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The overview, every probe's sections in registry order, then scaling and telemetry."""
     builders = [OVERVIEW_SECTION, *(spec.section for spec in registry.specs().values())]
@@ -131,6 +148,7 @@ def _render(run: Run) -> tuple[str, str, list[str]]:
     for section in sections:
         method += [line for line in section.method if line not in method]
     found = findings(analyzed)
+    verdict = health(verdict, bad, found)
     html = TEMPLATES.get_template("report.html.j2").render(
         run_id=info.get("run_id", run.path.name),
         created=info.get("created_utc", ""),
