@@ -97,6 +97,10 @@ def plan_for(request: SweepRequest, kind: str, preview: bool = False) -> SweepPl
     if gpus is not None and gpus < 1:
         raise UsageError(f"--gpus must be at least 1, got {gpus}", "give the ranks per node")
     if preview and request.device == "cuda" and gpus is None and not _cuda_visible():
+        try:
+            plan_device(request.device)  # why this machine has none (a CPU build of torch...)
+        except UsageError as exc:
+            raise UsageError(exc.message, "to preview a GPU node's commands, give --gpus") from None
         raise UsageError("a dry run of CUDA ranks on a machine without GPUs needs --gpus")
     if preview and request.device == "cuda" and not _cuda_visible():  # a login node
         device, visible = "cuda", gpus or 0
