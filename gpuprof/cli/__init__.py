@@ -14,7 +14,7 @@ import traceback
 
 import click
 
-from gpuprof.cli import check, env, export, gate, measure, predict, read
+from gpuprof.cli import check, env, export, gate, measure, predict, read, trace
 from gpuprof.errors import GpuprofError
 
 
@@ -32,6 +32,7 @@ for _command in (
     read.report,
     read.consolidate,
     read.runs,
+    trace.trace,
     env.env_command,
     check.check,
     *gate.GATE_COMMANDS,

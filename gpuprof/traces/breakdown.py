@@ -1,0 +1,163 @@
+"""Where one rank's step time goes, per step and over the job's window, from its reduced trace.
+
+Two timelines, by what the trace holds:
+- **device** (a GPU trace): the union of the rank's kernels, copies and sets on every stream.
+  span = first start to last end; compute = the union of compute kernels; communication = the
+  union of NCCL kernels; overlap = their intersection; exposed communication = communication
+  - overlap; other = the rest of the busy time (copies, sets, other kernels); idle = span -
+  busy. These are Holistic Trace Analysis's temporal breakdown and overlap (its
+  non-compute time = exposed communication + other; its overlap % = overlap / communication).
+  A kernel belongs to the step whose host code launched it.
+- **host** (a CPU trace, e.g. gloo): the step's span on the host. input = the data loader's
+  spans; compute = host ops outside them (not `c10d::*` calls); communication = the gloo
+  worker threads' collectives and the `c10d::*` calls; exposed communication = communication
+  while neither compute nor input ran; idle = the rest.
+The parts compute + exposed communication + other + input (host) + idle add up to the span.
+
+The window (as HTA's): every step but the last one when there are two or more (the last
+step's kernels may run past the end of the recording), and on a device, everything launched
+before the last step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from gpuprof.analysis.intervals import EMPTY, Spans, clip, intersect, length, merge, subtract, union
+from gpuprof.traces.reader import RankTrace
+
+PARTS = ["compute_us", "exposed_comm_us", "other_us", "input_us", "idle_us"]
+TOP_OPS = 10
+
+
+def _spans(rows: list[tuple[float, float]]) -> Spans:
+    return merge([r[0] for r in rows], [r[1] for r in rows]) if rows else EMPTY
+
+
+def _window(trace: RankTrace) -> tuple[list[tuple[int, float, float]], float]:
+    """The analysed steps and the time before which device work is counted."""
+    if len(trace.steps) >= 2:
+        return trace.steps[:-1], trace.steps[-1][1]
+    return trace.steps, np.inf
+
+
+def _parts(compute: Spans, comm: Spans, other: Spans, inputs: Spans, span: float) -> dict[str, Any]:
+    """The step's parts from its interval sets (each already inside the step)."""
+    overlap = length(intersect(comm, compute))
+    exposed = length(subtract(subtract(comm, compute), inputs))
+    input_us = length(subtract(inputs, compute)) if inputs[0].size else 0.0
+    busy_other = length(subtract(subtract(other, compute), comm))
+    busy = length(union(compute, comm, other, inputs))
+    return {
+        "span_us": span,
+        "compute_us": length(compute),
+        "comm_us": length(comm),
+        "overlap_us": overlap,
+        "exposed_comm_us": exposed,
+        "other_us": busy_other,
+        "input_us": input_us,
+        "idle_us": max(span - busy, 0.0),
+    }
+
+
+class _Device:
+    """A rank's device events as arrays, each with the time its launch happened."""
+
+    def __init__(self, trace: RankTrace) -> None:
+        rows = trace.device
+        self.start = np.array([r[0] for r in rows], float)
+        self.end = np.array([r[1] for r in rows], float)
+        self.kind = np.array([r[2] for r in rows])
+        launches = trace.launches
+        self.launch = np.array([launches.get(r[4], r[0]) for r in rows], float)
+
+    def parts(self, mask: np.ndarray, host_inputs: Spans) -> dict[str, Any]:
+        if not mask.any():
+            return {}
+        start, end, kind = self.start[mask], self.end[mask], self.kind[mask]
+        span = float(end.max() - start.min())
+        sets = {k: merge(start[kind == k], end[kind == k]) for k in ("compute", "comm")}
+        rest = ~np.isin(kind, ["compute", "comm"])
+        row = _parts(sets["compute"], sets["comm"], merge(start[rest], end[rest]), EMPTY, span)
+        row["input_us"] = length(host_inputs)  # host time, not a part of the device's span
+        return row
+
+
+def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per step rows, and the rank's row over the window."""
+    steps, before = _window(trace)
+    inputs = _spans(trace.inputs)
+    rows: list[dict[str, Any]] = []
+    if trace.on_device:
+        device = _Device(trace)
+        for number, lo, hi in trace.steps:
+            mask = (device.launch >= lo) & (device.launch < hi)
+            row = device.parts(mask, clip(inputs, lo, hi))
+            if row:
+                rows.append({"step": number, **row})
+        total = device.parts(device.launch < before, inputs)
+        timeline = "device"
+    else:
+        ops = _spans([(o[0], o[1]) for o in trace.ops])
+        comm = union(
+            _spans([(c.start, c.end) for c in trace.collectives]), _spans(trace.comm_calls)
+        )
+        for number, lo, hi in trace.steps:
+            step_inputs = clip(inputs, lo, hi)
+            compute = subtract(clip(ops, lo, hi), step_inputs)
+            row = _parts(compute, clip(comm, lo, hi), EMPTY, step_inputs, hi - lo)
+            rows.append({"step": number, **row})
+        kept = {s[0] for s in steps}
+        total = _sum_rows([r for r in rows if r["step"] in kept])
+        timeline = "host"
+    for row in rows:
+        row.update(rank=trace.rank, timeline=timeline)
+    total.update(rank=trace.rank, timeline=timeline, steps=len(steps))
+    return rows, total
+
+
+def _sum_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = defaultdict(float)
+    for row in rows:
+        for key, value in row.items():
+            if key.endswith("_us"):
+                out[key] += value
+    return dict(out)
+
+
+def top_ops(trace: RankTrace) -> list[dict[str, Any]]:
+    """The rank's kernels (device) or outermost host ops by total time in the window."""
+    steps, before = _window(trace)
+    totals: dict[int, list[float]] = defaultdict(lambda: [0.0, 0])
+    kinds: dict[int, str] = {}
+    if trace.on_device:
+        device = _Device(trace)
+        for i, row in enumerate(trace.device):
+            if device.launch[i] < before:
+                totals[row[3]][0] += row[1] - row[0]
+                totals[row[3]][1] += 1
+                kinds[row[3]] = row[2]
+    elif steps:
+        lo, hi = steps[0][1], steps[-1][2]
+        reach: dict[int, float] = {}
+        for ts, end, tid, name in sorted(trace.ops, key=lambda o: (o[0], -o[1])):
+            if ts < lo or ts >= hi or ts < reach.get(tid, -np.inf):
+                continue  # outside the window, or inside an op already counted
+            reach[tid] = end
+            totals[name][0] += end - ts
+            totals[name][1] += 1
+            kinds[name] = "host"
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
+    return [
+        {
+            "rank": trace.rank,
+            "name": trace.names[name],
+            "kind": kinds[name],
+            "count": int(count),
+            "total_us": total,
+        }
+        for name, (total, count) in ranked
+    ]

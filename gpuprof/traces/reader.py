@@ -1,0 +1,337 @@
+"""Read one rank's torch.profiler trace (Chrome/Kineto JSON, plain or .gz) as a stream:
+the events are decoded one at a time and reduced at once to what the analysis needs (steps,
+host ops, device activity, collectives), so memory holds compact arrays, never the file.
+
+What each event becomes (the names are those torch.profiler and Kineto write):
+- `ProfilerStep#N` (user_annotation, or cpu_op in old traces): a step of the job.
+- `enumerate(DataLoader)#...` annotations: the step's input pipeline.
+- `cpu_op` events: host work; `c10d::*` ops are communication calls, not compute.
+- `kernel`, `gpu_memcpy`, `gpu_memset` events with a `stream`: device activity, classed by
+  name as Holistic Trace Analysis does: communication (`nccl...`), memory (`Memcpy...`,
+  `Memset...`), compute (every other kernel but syncs).
+- Collectives: NCCL kernels (with the `Collective name`, `Process Group Name`, `Seq`, message
+  size and group size torch copies onto them when it has them) and, on CPU, the `gloo:*`
+  annotations of gloo's worker threads, whose span is the transfer including the wait for
+  peers.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpuprof.errors import UsageError
+
+CHUNK = 1 << 20  # characters read at a time
+DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime"}
+STEP = re.compile(r"^ProfilerStep#(\d+)")
+INPUT = re.compile(r"^enumerate\(DataLoader\)#")
+# Holistic Trace Analysis's kernel classes (hta/common/types.py), applied with re.match
+COMM_KERNEL = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
+MEMORY_KERNEL = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
+NOT_COMPUTE = re.compile(
+    r"(^nccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)|(cuda.*LaunchKernel)"
+    r"|(^runFunction)|(^hip)|(^job_exe)|(^packet)|(^pe_exe)|(^cpum_exe_subgraph)|(^hccl)"
+    r"|(^collective_subgraph_execution)"
+)
+# ncclKernel_AllReduce_RING_LL_Sum_float / ncclDevKernel_AllGather_RING_LL
+NCCL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+OP_NAMES = {
+    "allreduce": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allgather": "all_gather",
+    "all_gather": "all_gather",
+    "_allgather_base": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "sendrecv": "sendrecv",
+    "send": "send",
+    "recv": "recv",
+    "barrier": "barrier",
+    "gather": "gather",
+    "scatter": "scatter",
+}
+DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "int": 4,
+    "int32": 4,
+    "double": 8,
+    "float64": 8,
+    "long": 8,
+    "long int": 8,
+    "int64": 8,
+    "half": 2,
+    "float16": 2,
+    "c10::half": 2,
+    "bfloat16": 2,
+    "c10::bfloat16": 2,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "byte": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int8_t": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+
+def kernel_class(name: str) -> str:
+    """comm, memory, compute or other, by the kernel's name (HTA's rules, in its order)."""
+    if COMM_KERNEL.match(name):
+        return "comm"
+    if MEMORY_KERNEL.match(name):
+        return "memory"
+    return "other" if NOT_COMPUTE.match(name) else "compute"
+
+
+def op_name(text: str) -> str:
+    """A collective's name as gpuprof spells it ('all_reduce'), from a trace's spelling."""
+    key = text.lower().removeprefix("c10d::").removeprefix("gloo:").removeprefix("nccl:")
+    key = key.rstrip("_")
+    return OP_NAMES.get(key, OP_NAMES.get(key.replace("_", ""), key))
+
+
+@dataclass
+class Collective:
+    """One collective as one rank saw it: when it arrived and when it was done (us)."""
+
+    op: str
+    start: float
+    end: float
+    pg: str = "default"
+    seq: int | None = None
+    nbytes: float = math.nan
+    group_size: int | None = None
+    launch: float | None = None  # when the host launched it (device collectives)
+    corr: int = -1
+
+
+@dataclass
+class RankTrace:
+    """One rank's trace, reduced. Times in us on the trace's clock."""
+
+    path: Path
+    rank: int
+    world_size: int | None = None
+    host: str | None = None
+    base_ns: int | None = None
+    backend: str | None = None
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (n, start, end)
+    ops: list[tuple[float, float, int, int]] = field(default_factory=list)  # + tid, name
+    comm_calls: list[tuple[float, float]] = field(default_factory=list)  # c10d::* on the host
+    inputs: list[tuple[float, float]] = field(default_factory=list)
+    device: list[tuple[float, float, str, int, int]] = field(default_factory=list)  # + corr
+    launches: dict[int, float] = field(default_factory=dict)  # correlation -> launch ts
+    collectives: list[Collective] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    events: int = 0
+
+    def name_id(self, name: str, index: dict[str, int]) -> int:
+        """The id of a name in `names` (interned)."""
+        found = index.get(name)
+        if found is None:
+            found = index[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the trace has device (GPU) activity."""
+        return bool(self.device)
+
+
+class _Stream:
+    """A JSON document read a piece at a time; values decoded one by one."""
+
+    def __init__(self, fh: IO[str]) -> None:
+        self.fh = fh
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.decoder = json.JSONDecoder()
+
+    def _fill(self) -> bool:
+        chunk = "" if self.eof else self.fh.read(CHUNK)
+        self.eof = not chunk
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
+        return bool(chunk)
+
+    def peek(self) -> str:
+        """The next character that is not whitespace (and not a comma), '' at the end."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n,":
+                self.pos += 1
+            if self.pos < len(self.buf) or not self._fill():
+                return self.buf[self.pos : self.pos + 1]
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            found = self.buf[self.pos : self.pos + 20] or "the end of the file"
+            raise ValueError(f"expected {char!r} at {found!r}")
+        self.pos += 1
+
+    def value(self) -> Any:
+        """The next JSON value (reading more until it is complete)."""
+        self.peek()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError:
+                if not self._fill():
+                    raise
+                continue
+            if end >= len(self.buf) and not self.eof and self._fill():
+                continue  # a number may go on in the next piece
+            self.pos = end
+            return value
+
+
+def _open(path: Path) -> IO[str]:
+    """The file as text, gunzipped when it is gzip (by its first bytes, not its name)."""
+    with path.open("rb") as head:
+        gzipped = head.read(2) == b"\x1f\x8b"
+    if gzipped:
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def iter_document(path: Path) -> Iterator[tuple[str, Any]]:
+    """(key, value) of the top-level object; `traceEvents` yields ('event', event) per event."""
+    with _open(path) as fh:
+        stream = _Stream(fh)
+        stream.expect("{")
+        while stream.peek() not in ("}", ""):
+            key = stream.value()
+            stream.expect(":")
+            if key == "traceEvents" and stream.peek() == "[":
+                stream.expect("[")
+                while stream.peek() not in ("]", ""):
+                    yield "event", stream.value()
+                stream.expect("]")
+            else:
+                yield key, stream.value()
+        stream.expect("}")
+
+
+def _number_bytes(dims: Any, types: Any) -> float:
+    """Bytes of the first tensor input from 'Input Dims' and 'Input type' (gloo annotations)."""
+    try:
+        shape = dims[0]
+        while shape and isinstance(shape[0], list):  # a TensorList: its first tensor
+            shape = shape[0]
+        count = math.prod(int(x) for x in shape)
+        size = DTYPE_BYTES.get(str(types[0]).lower())
+    except (TypeError, ValueError, IndexError, KeyError):
+        return math.nan
+    return float(count * size) if size else math.nan
+
+
+def _device_collective(name: str, args: dict[str, Any], ts: float, end: float) -> Collective:
+    """A collective from an NCCL kernel and the metadata torch copied onto it."""
+    found = NCCL_OP.search(name)
+    op = op_name(str(args.get("Collective name") or (found.group(1) if found else name)))
+    nelems = args.get("In msg nelems")
+    if op in ("all_gather",) and args.get("Out msg nelems") is not None:
+        nelems = args.get("Out msg nelems")
+    size = DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
+    nbytes = float(nelems) * size if nelems is not None and size else math.nan
+    seq = args.get("Seq")
+    group = args.get("Group size")
+    return Collective(
+        op=op,
+        start=ts,
+        end=end,
+        pg=str(args.get("Process Group Name", "default")),
+        seq=int(seq) if seq not in (None, "") else None,
+        nbytes=nbytes,
+        group_size=int(group) if group not in (None, "") else None,
+    )
+
+
+def read_rank(path: Path) -> RankTrace:
+    """One trace file, reduced; a UsageError naming the file when it is not a trace."""
+    trace = RankTrace(path=path, rank=-1)
+    index: dict[str, int] = {}
+    try:
+        for key, value in iter_document(path):
+            if key == "event":
+                _take(trace, value, index)
+            elif key == "distributedInfo" and isinstance(value, dict):
+                trace.rank = int(value.get("rank", -1))
+                trace.world_size = value.get("world_size")
+                trace.backend = value.get("backend")
+            elif key == "host_name":
+                trace.host = str(value)
+            elif key == "baseTimeNanoseconds":
+                trace.base_ns = int(value)
+    except (ValueError, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a torch.profiler trace ({exc})") from None
+    if trace.events == 0:
+        raise UsageError(f"{path}: no trace events (not a torch.profiler trace)")
+    trace.steps.sort()
+    return trace
+
+
+def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
+    """Reduce one event into the rank's arrays."""
+    if not isinstance(event, dict) or event.get("ph") != "X":
+        return
+    dur = event.get("dur")
+    cat = event.get("cat")
+    if dur is None or cat is None or cat == "python_function":
+        return
+    trace.events += 1
+    ts = float(event["ts"])
+    end = ts + float(dur)
+    name = str(event.get("name", ""))
+    args = event.get("args") or {}
+    if cat in DEVICE_CATS and "stream" in args:
+        kind = kernel_class(name)
+        corr = args.get("correlation", -1)
+        trace.device.append((ts, end, kind, trace.name_id(name, index), int(corr)))
+        if kind == "comm":
+            found = _device_collective(name, args, ts, end)
+            found.corr = int(corr)
+            trace.collectives.append(found)
+    elif cat in LAUNCH_CATS:
+        corr = args.get("correlation")
+        if corr is not None:
+            trace.launches[int(corr)] = ts
+    elif (step := STEP.match(name)) is not None:
+        trace.steps.append((int(step.group(1)), ts, end))
+    elif cat == "user_annotation":
+        if INPUT.match(name):
+            trace.inputs.append((ts, end))
+        elif name.startswith("gloo:"):
+            nbytes = _number_bytes(args.get("Input Dims"), args.get("Input type"))
+            trace.collectives.append(Collective(op=op_name(name), start=ts, end=end, nbytes=nbytes))
+    elif cat == "cpu_op":
+        if name.startswith("c10d::"):
+            trace.comm_calls.append((ts, end))
+        else:
+            tid = event.get("tid")
+            trace.ops.append(
+                (ts, end, tid if isinstance(tid, int) else -1, trace.name_id(name, index))
+            )

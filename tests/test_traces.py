@@ -1,0 +1,153 @@
+"""`gpuprof trace`: the streaming reader, the breakdown against Holistic Trace Analysis on
+traces its authors recorded, and a real 2-rank gloo DDP job recorded with torch.profiler (a
+straggler made on purpose)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuprof.analysis.intervals import intersect, length, merge, subtract, union
+from gpuprof.traces import reader
+from gpuprof.traces.job import read_job
+from tests.conftest import Gp
+
+HTA_TRACES = Path(__file__).parent / "data" / "hta_trace_filter"
+JOB = Path(__file__).parent / "jobs" / "traced_ddp.py"
+# HolisticTraceAnalysis 0.5.0 (and traceinsight 0.6.1: the same numbers) on HTA_TRACES:
+# TraceAnalysis(trace_dir=...).get_temporal_breakdown() and get_comm_comp_overlap(), per rank:
+# (idle %, compute %, non-compute %, comm/comp overlap %)
+HTA_REFERENCE = {0: (53.56, 17.71, 28.74, 11.81), 1: (54.72, 22.57, 22.72, 20.05)}
+DELAY_MS = 60.0
+
+
+def test_intervals_agree_with_a_grid() -> None:
+    rng = np.random.default_rng(0)
+    grid = np.arange(0, 120, 0.01) + 0.005
+    for _ in range(50):
+        s1, s2 = rng.uniform(0, 100, 20), rng.uniform(0, 100, 15)
+        e1, e2 = s1 + rng.uniform(0, 10, 20), s2 + rng.uniform(0, 10, 15)
+        a, b = merge(s1, e1), merge(s2, e2)
+        in_a = ((grid[:, None] >= s1) & (grid[:, None] < e1)).any(1)
+        in_b = ((grid[:, None] >= s2) & (grid[:, None] < e2)).any(1)
+        assert length(intersect(a, b)) == pytest.approx((in_a & in_b).sum() * 0.01, abs=0.05)
+        assert length(subtract(a, b)) == pytest.approx((in_a & ~in_b).sum() * 0.01, abs=0.05)
+        assert length(union(a, b)) == pytest.approx((in_a | in_b).sum() * 0.01, abs=0.05)
+
+
+def test_streaming_reads_what_json_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces of 7 characters: every value split across reads is still read whole."""
+    source = HTA_TRACES / "sampled_rank-1.json.gz"
+    whole = json.loads(gzip.decompress(source.read_bytes()))
+    monkeypatch.setattr(reader, "CHUNK", 7)
+    streamed = dict(reader.iter_document(source))  # the last event stands for all
+    events = [v for k, v in reader.iter_document(source) if k == "event"]
+    assert events == whole["traceEvents"]
+    assert streamed["distributedInfo"] == whole["distributedInfo"]
+
+
+def test_breakdown_matches_holistic_trace_analysis() -> None:
+    tables = read_job(HTA_TRACES, jobs=1)
+    assert list(tables.ranks["rank"]) == [0, 1]
+    for _, row in tables.ranks.iterrows():
+        span = row["span_us"]
+        ours = (
+            100 * row["idle_us"] / span,
+            100 * row["compute_us"] / span,
+            100 * (row["exposed_comm_us"] + row["other_us"]) / span,
+            100 * row["overlap_us"] / row["comm_us"],
+        )
+        for mine, theirs in zip(ours, HTA_REFERENCE[row["rank"]], strict=True):
+            assert mine == pytest.approx(theirs, abs=2.0), (row["rank"], ours)
+    # two of a world of 128: collectives matched by step and order among the two
+    assert tables.info["world_size"] == 128 and len(tables.collectives) == 10
+
+
+def _record(out: Path, *args: str) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            str(JOB),
+            str(out),
+            "--steps",
+            "4",
+            "--hidden",
+            "128",
+            "--layers",
+            "2",
+            "--seq",
+            "64",
+            *args,
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def straggler_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank gloo DDP job whose rank 1 loads each batch DELAY_MS slower (gzip traces)."""
+    out = tmp_path_factory.mktemp("straggler")
+    _record(out, "--slow-rank", "1", "--delay-ms", str(DELAY_MS), "--gzip")
+    return out
+
+
+def test_a_slow_input_rank_is_named_the_straggler(straggler_job: Path, gp: Gp) -> None:
+    result = gp("trace", straggler_job, "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    stragglers = data["trace_stragglers"]
+    flagged = [s for s in stragglers if s["straggler"]]
+    assert [s["rank"] for s in flagged] == [1], stragglers
+    late = flagged[0]
+    assert late["cause"] == "input"
+    # its data loader is slower by the delay; it arrives late by about the delay
+    assert late["input_delta_us"] / 1e3 == pytest.approx(DELAY_MS, rel=0.25)
+    assert 0.5 * DELAY_MS <= late["held_median_us"] / 1e3 <= 2.0 * DELAY_MS, late
+    # the wait is the other rank's: rank 0 waits, rank 1 does not
+    waits = {w["rank"]: w["wait_us"] for w in data["trace_waits"]}
+    assert waits[0] > 10 * max(waits[1], 1.0)
+    assert data["findings"][0].startswith("Rank 1 holds the job back")
+    steps = {s["step"] for s in data["trace_steps"]}
+    assert len(steps) == 4 and len(data["trace_ranks"]) == 2
+
+
+def test_trace_writes_tables_and_a_report(straggler_job: Path, gp: Gp, tmp_path: Path) -> None:
+    saved = tmp_path / "saved"
+    result = gp("trace", straggler_job, "--save", saved, "-o", tmp_path / "t.html")
+    assert result.code == 0, result.err
+    assert result.out.startswith("Worth a look: Read 2 rank trace(s)")
+    assert "Who arrives last:" in result.out
+    names = sorted(p.name for p in saved.iterdir())
+    assert "trace_collectives.parquet" in names and "report.html" in names
+    html = (tmp_path / "t.html").read_text()
+    assert "Collectives and stragglers" in html and "holds the job back" in html
+    # nothing is overwritten: --save into a folder that has files is refused
+    again = gp("trace", straggler_job, "--save", saved)
+    assert again.code == 2 and "not empty" in again.err
+    assert sorted(p.name for p in saved.iterdir()) == names
+
+
+def test_bad_trace_input_gets_one_line(gp: Gp, tmp_path: Path) -> None:
+    assert "no such folder" in gp("trace", tmp_path / "nope").err
+    empty = gp("trace", tmp_path)
+    assert empty.code == 2 and "no trace files" in empty.err
+    (tmp_path / "rank0.json").write_text('{"traceEvents": [{"ph": "X", "name"')
+    broken = gp("trace", tmp_path)
+    assert broken.code == 2 and "not a torch.profiler trace" in broken.err
+    assert len(broken.err.strip().splitlines()) == 1
+
+
+def test_two_files_of_one_rank_are_refused(gp: Gp, tmp_path: Path) -> None:
+    for name in ("a.json", "b.json"):
+        src = gzip.decompress((HTA_TRACES / "sampled_rank-0.json.gz").read_bytes())
+        (tmp_path / name).write_bytes(src)
+    result = gp("trace", tmp_path)
+    assert result.code == 2 and "two traces of rank 0" in result.err
