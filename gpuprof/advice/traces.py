@@ -59,7 +59,7 @@ def straggler_finding(tables: TraceTables) -> list[str]:
             "input": f"its input (data loading) takes {_ms(row['input_delta_us'])} more per step "
             "than the others': give its DataLoader more workers (num_workers), pinned memory "
             "and prefetching, or move the input off its critical path",
-            "compute": f"its compute takes {_ms(row['compute_delta_us'])} more per step than "
+            "computation": f"its compute takes {_ms(row['compute_delta_us'])} more per step than "
             "the others': check that GPU's clocks, throttling and health (gpuprof sweep on its "
             "node), and that the work is split evenly",
             "neither": "neither its compute nor its input is slower than the others': look at "

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis import RunTables, gpu_model, require_columns
+from gpuprof.errors import UsageError
 from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.specs.collectives import bus_factor
 
@@ -91,6 +92,17 @@ def collective_pct_of_peak(summary: pd.DataFrame, info: dict[str, Any]) -> pd.Se
         return pd.Series([None] * len(summary), index=summary.index, dtype="object")
     pct = 100 * summary["busbw_gbps"] / link
     return pct.where(summary["num_nodes"] == 1)
+
+
+def measured_busbw(run: RunTables) -> pd.DataFrame:
+    """What a run measured of the collectives, for comparing a job's own collectives with
+    (op, size_bytes, world_size, busbw_gbps); a UsageError when it measured none."""
+    if "collectives" not in run.tables():
+        raise UsageError(
+            f"run {run.info.get('run_id')} measured no collectives",
+            "give a sweep that ran the collectives probe",
+        )
+    return summarize_collectives(run.table("collectives"))
 
 
 def summarize_run(run: RunTables) -> pd.DataFrame:

@@ -47,6 +47,12 @@ from gpuprof.runs.plan import DEVICES, SUITES
 )
 @click.option("--suite", type=click.Choice(SUITES), help="[default: the baseline's; A/B: ci]")
 @click.option("--probes", help="probes to measure [default: the baseline's, or the suite's]")
+@click.option(
+    "--model",
+    "user_model",
+    metavar="PACKAGE.MODULE:FACTORY",
+    help="your model in the training probes [default: the baseline's]",
+)
 @click.option("--device", type=click.Choice(DEVICES), help="[default: the baseline's, or auto]")
 @click.option("--gpus", type=click.IntRange(1, 4096), help="ranks [default: the baseline's]")
 @click.option(
@@ -222,6 +228,8 @@ def _ab(
         args += ["--probes", ",".join(csv(kw["probes"]))]
     if kw["gpus"]:
         args += ["--gpus", str(kw["gpus"])]
+    if kw["user_model"]:
+        args += ["--model", kw["user_model"]]
     plan = Plan(
         sweep_args=(*args, "--timeout", f"{kw['timeout']:g}"),
         out=Path(kw["out"]),
@@ -290,8 +298,10 @@ def _measure_for_check(base: Any, kw: dict[str, Any], repeats: int) -> list[Any]
 
     fp = base.fingerprint
     probes = csv(kw["probes"]) if kw["probes"] else tuple(base.measured.values["probe"].unique())
+    model = kw["user_model"] or fp.get("model")
     request = runner.SweepRequest(
         probes=probes,
+        opts={"model": model} if model else {},
         out=Path(kw["out"]),
         tag="check",
         argv=(click.get_current_context().obj or {}).get("argv", sys.argv),

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from gpuprof import __version__
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
 
@@ -53,7 +54,7 @@ def trace(
 
     Example: gpuprof trace ./traces --run latest -o trace.html
     """
-    from gpuprof import __version__
+    # deferred: loads pandas and plotly
     from gpuprof.advice.traces import findings, with_ceiling
     from gpuprof.reports.trace import render, text
     from gpuprof.traces.job import read_job
@@ -95,15 +96,11 @@ def trace(
 
 def _measured(run_spec: str, out: str) -> Any:
     """The run's collectives summary (op, size, world size, busbw)."""
-    from gpuprof.analysis.summary import summarize_run
+    # deferred: loads pandas
+    from gpuprof.analysis.bandwidth import measured_busbw
     from gpuprof.runs.store import open_run
 
-    run = open_run(run_spec, out)
-    if "collectives" not in run.tables():
-        raise UsageError(
-            f"run {run.path} measured no collectives", "give a sweep that ran the collectives probe"
-        )
-    return summarize_run(run, "collectives")
+    return measured_busbw(open_run(run_spec, out))
 
 
 def _write(path: Path, html: str) -> None:

@@ -14,12 +14,13 @@ from gpuprof.runs.store import Run
 
 # fingerprint fields that must agree for numbers to be comparable (the rest are notes): the
 # suite too, since its budgets and iteration counts are part of what a case's number means
-MUST_MATCH = ("device", "device_model", "num_nodes", "gpus_per_node", "suite")
+MUST_MATCH = ("device", "device_model", "num_nodes", "gpus_per_node", "suite", "model")
 
 
 def fingerprint(info: dict[str, Any]) -> dict[str, Any]:
     """What a run's numbers depend on: device and its model (the GPU, or the CPU on CPU runs),
-    the job's shape, the suite, and the software versions."""
+    the job's shape, the suite, the user's model the training probes trained, and the software
+    versions."""
     nodes = info.get("nodes") or [{}]
     cpu = (nodes[0].get("cpu") or {}).get("model")
     versions = info.get("versions") or {}
@@ -31,6 +32,7 @@ def fingerprint(info: dict[str, Any]) -> dict[str, Any]:
         "gpus_per_node": info.get("gpus_per_node"),
         "world_size": info.get("world_size"),
         "suite": info.get("suite"),
+        "model": info.get("model"),  # the user's (--model), None for the synthetic one
         "versions": {
             k: versions.get(k) for k in ("gpuprof", "torch", "cuda", "nccl", "driver", "python")
         },

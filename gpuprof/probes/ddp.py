@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
 from torch.nn.parallel import DistributedDataParallel
@@ -41,6 +40,7 @@ from gpuprof.probes._harness import (
     Series,
     Unsupported,
 )
+from gpuprof.probes._model import build, forward_loss, samples
 from gpuprof.probes._training import replay, run_weak_scaling, synced_clock
 from gpuprof.specs.ddp import DDPParams, ddp_case_bytes, parse_variant
 from gpuprof.specs.sharded import what_fits
@@ -52,38 +52,6 @@ LOGGING_FIELDS = {  # DDP logging data (ns) -> our column (us)
     "backward_comm_time": "log_comm_us",
     "backward_compute_comm_overlap_time": "log_overlap_us",
 }
-
-
-class Block(nn.Module):
-    """A pre-norm transformer block: causal self-attention and a 4x MLP (12 h^2 + 13 h)."""
-
-    def __init__(self, hidden: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, 4 * hidden)
-        self.fc2 = nn.Linear(4 * hidden, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, h = x.shape
-        qkv = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, h))
-        out: torch.Tensor = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-        return out
-
-
-def synthetic_model(hidden: int, layers: int, device: torch.device) -> nn.Module:
-    """`layers` blocks of width `hidden` (64 per head) and a final norm, seeded identically
-    on every rank; nothing is downloaded."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1234)
-        blocks = [Block(hidden, max(1, hidden // 64)) for _ in range(layers)]
-        return nn.Sequential(*blocks, nn.LayerNorm(hidden)).to(device)
 
 
 def _hook(name: str | None) -> Callable[..., Any] | None:
@@ -151,7 +119,6 @@ class DDPBench:
         self.ctx, self.scope = ctx, scope
         self.settings = parse_variant(variant)
         self.accum = int(self.settings["accum"])
-        hidden, layers = params.shape
         cuda = ctx.device.type == "cuda"
         if (
             self.settings["amp"]
@@ -160,36 +127,30 @@ class DDPBench:
         ):
             raise Unsupported("bf16 autocast needs a GPU with bfloat16 support")
         self.amp = self.settings["amp"]
-        self.model = _wrap(
-            synthetic_model(hidden, layers, ctx.device),
-            ctx,
-            scope,
-            self.settings,
-            self.settings["hook"],
-        )
+        built = build(params, ctx.device, ctx.rank)
+        self.model = _wrap(built.module, ctx, scope, self.settings, self.settings["hook"])
         self.twin = _wrap(
-            synthetic_model(hidden, layers, ctx.device), ctx, scope, self.settings, "noop"
+            build(params, ctx.device, ctx.rank).module, ctx, scope, self.settings, "noop"
         )
         self.logging = logging_supported(self.model)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-6)
         self.twin_opt = torch.optim.AdamW(self.twin.parameters(), lr=1e-6)
-        gen = torch.Generator(device=ctx.device).manual_seed(1000 + ctx.rank)
-        self.inputs = torch.randn(
-            self.accum, params.batch, params.seq, hidden, device=ctx.device, generator=gen
-        )
+        self.inputs = [built.make_batch() for _ in range(self.accum)]
         self.num_params = sum(p.numel() for p in self.model.parameters())
         self.info = {
             "num_params": self.num_params,
             "grad_bytes": 4 * self.num_params,
             "ddp_logging": self.logging,
         }
+        if params.model:  # the user's batch says how many samples a step trains
+            self.info["samples_per_step"] = samples(self.inputs[0]) * self.accum
         self.comm_buffers: list[torch.Tensor] | None = None
         self.last_iteration = -1
         if self.settings["static_graph"]:
             # static_graph records the graph in the first iteration, which must synchronise
             # (a first micro-batch under no_sync trips an internal assert in the reducer)
             for model, opt in ((self.model, self.opt), (self.twin, self.twin_opt)):
-                model(self.inputs[0]).float().square().mean().backward()
+                forward_loss(model, self.inputs[0]).backward()  # type: ignore[no-untyped-call]
                 opt.zero_grad(set_to_none=True)
 
     @contextlib.contextmanager
@@ -213,9 +174,9 @@ class DDPBench:
             with contextlib.nullcontext() if last else model.no_sync():
                 t0 = synced_clock(self.ctx)
                 with self._autocast():
-                    loss = model(self.inputs[i]).float().square().mean()
+                    loss = forward_loss(model, self.inputs[i])
                 t1 = synced_clock(self.ctx)
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 t2 = synced_clock(self.ctx)
             part = "sync" if last else "local"
             times[f"{part}_forward_us"] += (t1 - t0) / 1e3
@@ -300,8 +261,9 @@ def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> 
         return {
             "variant": variant,
             **settings,
-            "hidden": hidden,
-            "layers": layers,
+            "model": params.model or "synthetic",
+            "hidden": 0 if params.model else hidden,
+            "layers": 0 if params.model else layers,
             "batch": params.batch,
             "seq": params.seq,
             "samples_per_step": params.batch * settings["accum"],
@@ -315,7 +277,8 @@ def run(ctx: Context, params: DDPParams, num_nodes: int, gpus_per_node: int) -> 
         names=lambda largest: params.variants if largest else params.variants[:1],
         columns=columns,
         bench=lambda scope, variant: DDPBench(ctx, scope, params, variant),
-        need=lambda scope, variant: ddp_case_bytes(params, scores=cpu),
+        # the user's model is sized when it is built (an out-of-memory is the case's skip)
+        need=None if params.model else lambda scope, variant: ddp_case_bytes(params, scores=cpu),
         instead=lambda scope, variant, budget: what_fits(
             params,
             scope.spec.world_size,

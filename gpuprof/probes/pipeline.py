@@ -39,6 +39,7 @@ from gpuprof.probes._harness import (
     Series,
     Unsupported,
 )
+from gpuprof.probes._model import pipeline_stages
 from gpuprof.probes._training import bench_case, run_scoped
 from gpuprof.runs.records import timeline_record
 from gpuprof.specs.pipeline import MULTI_CHUNK_SCHEDULES, PipelineParams
@@ -70,6 +71,31 @@ def _chunk(hidden: int, layers: int, seed: int, device: torch.device) -> nn.Modu
         for _ in range(layers):
             blocks += [nn.Linear(hidden, hidden), nn.GELU()]
         return nn.Sequential(*blocks).to(device)
+
+
+def _user_chunks(
+    params: PipelineParams, device: torch.device, num_stages: int, m: int
+) -> tuple[list[nn.Module], torch.Tensor, torch.Tensor]:
+    """The user's model as stages, the first stage's m micro-batches (one tensor: a pipeline
+    passes one tensor between stages) and the last stage's target (zeros shaped as its
+    output: the loss is the output's mean square, as for gpuprof's own stages)."""
+    chunks, batch = pipeline_stages(params.model, device, num_stages)
+    first = batch()
+    if not isinstance(first, torch.Tensor):
+        raise Unsupported(
+            f"--model {params.model}: a pipeline's micro-batch is one tensor "
+            f"(make_batch returned {type(first).__name__})"
+        )
+    inputs = torch.cat([first, *(batch() for _ in range(m - 1))])
+    with torch.no_grad():  # the output's shape, from the whole model on one micro-batch
+        out = first
+        for chunk in chunks:
+            out = chunk.to(device)(out)
+            chunk.to("cpu")
+    if not isinstance(out, torch.Tensor):
+        raise Unsupported(f"--model {params.model}: the last stage must return one tensor")
+    target = torch.zeros((m * out.shape[0], *out.shape[1:]), device=device)
+    return chunks, inputs, target
 
 
 def clock_offset(ctx: Context, scope: Scope) -> tuple[float, float]:
@@ -126,16 +152,16 @@ class PipelineBench:
         rank = scope.group_rank
         self.stage_ids = stage_indices(schedule, rank, p, self.v)
         num_stages = p * self.v
-        layers = chunk_layers(params, rank, self.v)
+        if params.model:
+            chunks, self.inputs, self.target = _user_chunks(params, ctx.device, num_stages, m)
+            modules = [chunks[s].to(ctx.device) for s in self.stage_ids]
+            layers = sum(len(list(module.children())) or 1 for module in modules)
+        else:
+            layers = chunk_layers(params, rank, self.v)
+            modules = [_chunk(params.hidden, layers, 100 + s, ctx.device) for s in self.stage_ids]
         self.stages = [
-            PipelineStage(
-                _chunk(params.hidden, layers, 100 + s, ctx.device),
-                s,
-                num_stages,
-                ctx.device,
-                group=scope.group,
-            )
-            for s in self.stage_ids
+            PipelineStage(module, s, num_stages, ctx.device, group=scope.group)
+            for module, s in zip(modules, self.stage_ids, strict=True)
         ]
         self.events: list[dict[str, Any]] = []
         self.iteration = 0
@@ -143,19 +169,20 @@ class PipelineBench:
             self._wrap(stage)
 
         def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return ((output - target) ** 2).mean()
+            return ((output.float() - target) ** 2).mean()
 
         stage_arg: Any = self.stages if self.v > 1 else self.stages[0]
         try:
             self.schedule = cls(stage_arg, n_microbatches=m, loss_fn=loss_fn)
         except (ValueError, AssertionError, NotImplementedError) as exc:
             raise Unsupported(f"{schedule} with p={p}, m={m}, v={self.v}: {exc}") from None
-        gen = torch.Generator(device=ctx.device).manual_seed(7)
-        rows = m * params.mb_rows
         self.first = 0 in self.stage_ids
         self.last = num_stages - 1 in self.stage_ids
-        self.inputs = torch.randn(rows, params.hidden, device=ctx.device, generator=gen)
-        self.target = torch.zeros(rows, params.hidden, device=ctx.device)
+        if not params.model:
+            gen = torch.Generator(device=ctx.device).manual_seed(7)
+            rows = m * params.mb_rows
+            self.inputs = torch.randn(rows, params.hidden, device=ctx.device, generator=gen)
+            self.target = torch.zeros(rows, params.hidden, device=ctx.device)
         self.offset_us, self.offset_error_us = clock_offset(ctx, scope)
         self.info = {
             "stages": self.stage_ids,
@@ -163,6 +190,8 @@ class PipelineBench:
             "clock_offset_us": self.offset_us,
             "clock_error_us": self.offset_error_us,
         }
+        if params.model:  # the user's micro-batch size
+            self.info["mb_rows"] = int(self.inputs.shape[0]) // m
 
     def _now(self) -> float:
         # the compute stream only: sends the schedule overlaps with compute go on
@@ -255,9 +284,10 @@ def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: 
         "p": p,
         "m": m,
         "v": v,
-        "hidden": params.hidden,
+        "model": params.model or "synthetic",
+        "hidden": 0 if params.model else params.hidden,
         "mb_rows": params.mb_rows,
-        "stage_layers": params.stage_layers,
+        "stage_layers": 0 if params.model else params.stage_layers,
         "stage_weight": params.stage_weights[scope.group_rank] if params.stage_weights else 1.0,
     }
 

@@ -50,8 +50,8 @@ from gpuprof.probes._harness import (
     Series,
     Unsupported,
 )
+from gpuprof.probes._model import build, cast_batch, forward_loss, samples
 from gpuprof.probes._training import replay, rounds, run_weak_scaling, synced_clock
-from gpuprof.probes.ddp import synthetic_model
 from gpuprof.specs.sharded import (
     FSDP_BF16,
     FSDP_NORESHARD,
@@ -97,7 +97,9 @@ def _fsdp(model: nn.Module, ctx: Context, scope: Scope, strategy: str) -> nn.Mod
     group = scope.group if scope.group is not None else dist.group.WORLD
     assert group is not None
     mesh = DeviceMesh.from_group(group, ctx.device.type)
-    for block in list(model.children())[:-1]:
+    # each child with parameters its own unit, the last (a final norm or head) with the root
+    blocks = [child for child in model.children() if any(True for _ in child.parameters())]
+    for block in blocks[:-1]:
         fully_shard(block, mesh=mesh, **kwargs)
     fully_shard(model, mesh=mesh, **kwargs)
     return model
@@ -109,9 +111,9 @@ class ShardedBench:
 
     def __init__(self, ctx: Context, scope: Scope, params: ShardedParams, strategy: str) -> None:
         self.ctx, self.scope, self.strategy = ctx, scope, strategy
-        hidden, layers = params.shape
         self.accounting = Accounting()
-        model = synthetic_model(hidden, layers, ctx.device)
+        built = build(params, ctx.device, ctx.rank)
+        model = built.module
         self.num_params = sum(p.numel() for p in model.parameters())
         if strategy in FSDP_STRATEGIES:
             self.model = _fsdp(model, ctx, scope, strategy)
@@ -138,18 +140,17 @@ class ShardedBench:
                 )
             else:
                 self.opt = torch.optim.AdamW(ddp.parameters(), lr=1e-6)
-        gen = torch.Generator(device=ctx.device).manual_seed(1000 + ctx.rank)
-        self.inputs = torch.randn(
-            params.batch, params.seq, hidden, device=ctx.device, generator=gen
-        )
+        self.inputs = built.make_batch()
         self.info: dict[str, Any] = {"num_params": self.num_params}
+        if params.model:  # the user's batch says how many samples a step trains
+            self.info["samples_per_step"] = samples(self.inputs)
         self._account()
         # the twin: built after the accounted steps, so a GPU's peak is the strategy's own
-        self.twin = synthetic_model(hidden, layers, ctx.device)
+        self.twin = build(params, ctx.device, ctx.rank).module
         self.twin_inputs = self.inputs
         if strategy == FSDP_BF16:  # computes as FSDP's bf16 policy does
             self.twin = self.twin.to(torch.bfloat16)
-            self.twin_inputs = self.inputs.to(torch.bfloat16)
+            self.twin_inputs = cast_batch(self.inputs, torch.bfloat16)
         held = [torch.zeros_like(t) for t in self._optimized()]
         for tensor in held:
             tensor.grad = torch.ones_like(tensor)
@@ -208,9 +209,9 @@ class ShardedBench:
             self.opt.zero_grad(set_to_none=True)
         t0 = synced_clock(self.ctx)
         model, x = (self.twin, self.twin_inputs) if twin else (self.model, self.inputs)
-        loss = model(x).float().square().mean()
+        loss = forward_loss(model, x)
         t1 = synced_clock(self.ctx)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         t2 = synced_clock(self.ctx)
         (self.twin_opt if twin else self.opt).step()
         end = synced_clock(self.ctx)
@@ -269,8 +270,9 @@ def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int)
     def columns(strategy: str) -> dict[str, Any]:
         return {
             "strategy": strategy,
-            "hidden": hidden,
-            "layers": layers,
+            "model": params.model or "synthetic",
+            "hidden": 0 if params.model else hidden,
+            "layers": 0 if params.model else layers,
             "batch": params.batch,
             "seq": params.seq,
             "samples_per_step": params.batch,
@@ -284,7 +286,10 @@ def run(ctx: Context, params: ShardedParams, num_nodes: int, gpus_per_node: int)
         names=lambda largest: params.strategies,
         columns=columns,
         bench=lambda scope, strategy: ShardedBench(ctx, scope, params, strategy),
-        need=lambda scope, strategy: sharded_case_bytes(
+        # the user's model is sized when it is built (an out-of-memory is the case's skip)
+        need=None
+        if params.model
+        else lambda scope, strategy: sharded_case_bytes(
             params, strategy, scope.spec.world_size, scores=cpu
         ),
         instead=lambda scope, strategy, budget: what_fits(

@@ -16,7 +16,7 @@ from gpuprof.text import fixed_width
 from gpuprof.traces.job import TraceTables
 
 PARTS = (
-    ("compute_us", "compute", "#4C78A8"),
+    ("compute_us", "computation", "#4C78A8"),
     ("exposed_comm_us", "exposed communication", "#E45756"),
     ("other_us", "other (copies, other kernels)", "#B279A2"),
     ("input_us", "input (data loader)", "#F58518"),
@@ -243,7 +243,7 @@ def sections(tables: TraceTables) -> list[Section]:
         if not tables.stragglers.empty:
             header, rows = straggler_rows(tables.stragglers)
             blocks.append(Table(header=header, rows=rows, title="Who arrives last"))
-        out.append(Section(title="Collectives and stragglers", anchor="collectives", blocks=blocks))
+        out.append(Section(title="Collectives and stragglers", anchor="waits", blocks=blocks))
     steps = tables.steps
     if not steps.empty:
         rows = [
@@ -259,7 +259,8 @@ def sections(tables: TraceTables) -> list[Section]:
             ]
             for _, r in steps.iterrows()
         ]
-        header = ["rank", "step", "span ms", "compute", "exposed comm", "other", "input", "idle"]
+        header = ["rank", "step", "span ms", "computation", "exposed comm", "other", "input"]
+        header.append("idle")
         top = (
             tables.ops.sort_values("total_us", ascending=False).head(20)
             if not tables.ops.empty

@@ -189,9 +189,19 @@ def new_run_record(
         "backend": "nccl" if plan.device == "cuda" else "gloo",
         "suite": plan.suite,
         "probes": list(plan.probes),
+        "model": _trained_model(plan),
         "status": "running",
         "failures": [],
     }
+
+
+def _trained_model(plan: SweepPlan) -> str | None:
+    """The user's model the training probes train (`--model`), if they train one and it is."""
+    for name in plan.probes:
+        model = getattr(plan.params.get(name), "model", None)
+        if model:
+            return str(model)
+    return None
 
 
 def start_run(plan: SweepPlan, out: Path, tag: str, argv: list[str], launcher: str) -> Path:

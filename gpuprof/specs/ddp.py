@@ -10,6 +10,7 @@ from gpuprof.errors import UsageError
 from gpuprof.machine.groups import GroupSpec, scope_groups
 from gpuprof.params import ProbeParams, csv, positive_int
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
+from gpuprof.specs.user_model import MODEL_OPTION, check_model_spec
 from gpuprof.units import parse_count
 
 DDP_HOOKS = ("allreduce", "fp16", "bf16")
@@ -82,6 +83,7 @@ class ModelParams(ProbeParams):
     that trains it."""
 
     model_params: int = 2_000_000
+    model: str = ""  # the user's: package.module:factory ("" = the synthetic transformer)
     hidden: int = 0  # 0: derived from model_params
     layers: int = 0
     batch: int = 2
@@ -93,6 +95,8 @@ class ModelParams(ProbeParams):
             raise UsageError("--batch, --seq and --model-params must be positive")
         if min(self.hidden, self.layers) < 0 or self.hidden % 64:
             raise UsageError("--hidden must be a multiple of 64 and --layers positive")
+        if self.model:
+            check_model_spec(self.model)
         self._check_iterations()
 
     @property
@@ -254,6 +258,7 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
 # the synthetic transformer and its batch: one declaration, shared with the probes that train
 # the same model (a sweep gives them one model)
 MODEL_OPTIONS = (
+    MODEL_OPTION,
     Option(
         flag="--model-params",
         field="model_params",

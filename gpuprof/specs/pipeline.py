@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv, floats, ints, positive_int
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
+from gpuprof.specs.user_model import MODEL_OPTION, check_model_spec
 
 PIPELINE_SCHEDULES = (
     "GPipe",
@@ -41,6 +42,7 @@ class PipelineParams(ProbeParams):
     chunks: int = 2
     mb_rows: int = 64
     stage_weights: tuple[float, ...] = ()
+    model: str = ""  # the user's: package.module:factory ("" = Linear+GELU stages)
     warmup_iters: int = 1
     min_iters: int = 3
     max_iters: int = 50
@@ -56,6 +58,13 @@ class PipelineParams(ProbeParams):
             )
         if any(w <= 0 for w in self.stage_weights):
             raise UsageError("--stage-weights must be positive, e.g. 1,1,2,1")
+        if self.model:
+            check_model_spec(self.model)
+            if self.stage_weights:
+                raise UsageError(
+                    "--stage-weights weights gpuprof's own stages, not --model's",
+                    "split your model's stages as you want them (a third item of the factory)",
+                )
         self._check_iterations()
 
     def check_job(self, num_nodes: int, gpus_per_node: int, device: str) -> None:
@@ -116,6 +125,7 @@ SPEC = ProbeSpec(
     params=PipelineParams,
     suite=suite_pipeline,
     options=(
+        MODEL_OPTION,
         Option(
             flag="--schedules",
             field="schedules",

@@ -79,9 +79,9 @@ class _Device:
             return {}
         start, end, kind = self.start[mask], self.end[mask], self.kind[mask]
         span = float(end.max() - start.min())
-        sets = {k: merge(start[kind == k], end[kind == k]) for k in ("compute", "comm")}
-        rest = ~np.isin(kind, ["compute", "comm"])
-        row = _parts(sets["compute"], sets["comm"], merge(start[rest], end[rest]), EMPTY, span)
+        sets = {k: merge(start[kind == k], end[kind == k]) for k in ("computation", "comm")}
+        rest = ~np.isin(kind, ["computation", "comm"])
+        row = _parts(sets["computation"], sets["comm"], merge(start[rest], end[rest]), EMPTY, span)
         row["input_us"] = length(host_inputs)  # host time, not a part of the device's span
         return row
 

@@ -144,11 +144,11 @@ def match(arrivals: pd.DataFrame, world_size: int) -> pd.DataFrame:
 def rank_waits(arrivals: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     """Per rank: its own wait at collectives (last arrival - its arrival), summed."""
     if matched.empty:
-        return pd.DataFrame(columns=["rank", "collectives", "wait_us"])
+        return pd.DataFrame(columns=["rank", "count", "wait_us"])
     last = matched.set_index("key")["last_arrival_us"]
     rows = arrivals[arrivals["key"].astype(str).isin(last.index)].copy()
     rows["wait_us"] = last.reindex(rows["key"].astype(str)).to_numpy() - rows["start_us"]
-    out = rows.groupby("rank").agg(collectives=("key", "size"), wait_us=("wait_us", "sum"))
+    out = rows.groupby("rank").agg(count=("key", "size"), wait_us=("wait_us", "sum"))
     return out.reset_index()
 
 
@@ -182,11 +182,11 @@ def stragglers(matched: pd.DataFrame, steps: pd.DataFrame, ranks: list[int]) -> 
         mine = late[late["last_rank"] == rank]
         held = float(mine["held_us"].median()) if len(mine) else 0.0
         caused = float((mine["mean_wait_us"] * mine["ranks"]).sum())  # the others' waits
-        deltas = {"compute": 0.0, "input": 0.0}
+        deltas = {"computation": 0.0, "input": 0.0}
         if medians is not None and rank in medians.index and len(medians) > 1:
             others = medians.drop(index=rank).median()
             deltas = {
-                "compute": float(medians.loc[rank, "compute_us"] - others["compute_us"]),
+                "computation": float(medians.loc[rank, "compute_us"] - others["compute_us"]),
                 "input": float(medians.loc[rank, "input_us"] - others["input_us"]),
             }
         share = len(mine) / len(matched)
@@ -200,7 +200,7 @@ def stragglers(matched: pd.DataFrame, steps: pd.DataFrame, ranks: list[int]) -> 
                 "share_last": share,
                 "held_median_us": held,
                 "caused_wait_per_step_us": caused / n_steps,
-                "compute_delta_us": deltas["compute"],
+                "compute_delta_us": deltas["computation"],
                 "input_delta_us": deltas["input"],
                 "cause": cause if flagged else "",
                 "straggler": flagged,

@@ -97,12 +97,12 @@ DTYPE_BYTES = {
 
 
 def kernel_class(name: str) -> str:
-    """comm, memory, compute or other, by the kernel's name (HTA's rules, in its order)."""
+    """comm, copy (memory), computation or other, by the kernel's name (HTA's rules and order)."""
     if COMM_KERNEL.match(name):
         return "comm"
     if MEMORY_KERNEL.match(name):
-        return "memory"
-    return "other" if NOT_COMPUTE.match(name) else "compute"
+        return "copy"
+    return "other" if NOT_COMPUTE.match(name) else "computation"
 
 
 def op_name(text: str) -> str:

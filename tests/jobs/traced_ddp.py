@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from gpuprof.probes.ddp import synthetic_model
+from gpuprof.probes._model import synthetic_model
 
 
 class Batches(Dataset[torch.Tensor]):
