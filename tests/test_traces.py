@@ -151,3 +151,57 @@ def test_two_files_of_one_rank_are_refused(gp: Gp, tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(src)
     result = gp("trace", tmp_path)
     assert result.code == 2 and "two traces of rank 0" in result.err
+
+
+@pytest.mark.gloo("ddp")
+@pytest.mark.slow
+def test_trace_breakdown_agrees_with_the_ddp_probe(gp: Gp, tmp_path: Path) -> None:
+    """The same model, optimizer and loss, 2 gloo ranks: the DDP probe's breakdown (DDP's
+    logging data, wall-clock phases) against the trace's, in points of the step. The probe's
+    compute is wall clock (ops and the Python between them): the trace's compute + other."""
+    model = ["--hidden", "256", "--layers", "4", "--batch", "4", "--seq", "128"]
+    probe = gp(
+        "run",
+        "ddp",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        *model,
+        "--ddp-variants",
+        "default",
+        "--no-scaling",
+        "--no-telemetry",
+        "--min-iters",
+        "12",
+        "--out",
+        tmp_path / "runs",
+        "--format",
+        "json",
+    )
+    assert probe.code == 0, probe.err
+    shown = gp("show", json.loads(probe.out)["run"], "--table", "ddp", "--format", "json")
+    row = json.loads(shown.out)[0]
+    compute = row["forward_us"] + row["backward_compute_us"] + row["optimizer_us"]
+    # shares of what the probe's phases cover (zero_grad and the clock reads between phases,
+    # about 2% of its step, are in no phase; the trace counts them as the process's time)
+    measured = compute + row["exposed_comm_us"]
+    probe_parts = (100 * compute / measured, 100 * row["exposed_comm_us"] / measured)
+    traces = tmp_path / "traces"
+    subprocess.run(
+        [sys.executable, str(JOB), str(traces), "--steps", "11", "--no-shapes"],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    tables = read_job(traces, jobs=1)
+    # as the probe's: medians over every rank's steps (the window's)
+    steps = tables.steps[tables.steps["step"] < tables.steps["step"].max()]
+    share = steps[["compute_us", "other_us", "exposed_comm_us"]].div(steps["span_us"], axis=0)
+    trace_parts = (
+        100 * float((share["compute_us"] + share["other_us"]).median()),
+        100 * float(share["exposed_comm_us"].median()),
+    )
+    print(f"probe {probe_parts}, trace {trace_parts}")
+    for mine, theirs in zip(trace_parts, probe_parts, strict=True):
+        assert mine == pytest.approx(theirs, abs=5.0), (trace_parts, probe_parts)

@@ -18,7 +18,7 @@ from gpuprof.traces.job import TraceTables
 PARTS = (
     ("compute_us", "computation", "#4C78A8"),
     ("exposed_comm_us", "exposed communication", "#E45756"),
-    ("other_us", "other (copies, other kernels)", "#B279A2"),
+    ("other_us", "other (copies; on a host, between ops)", "#B279A2"),
     ("input_us", "input (data loader)", "#F58518"),
     ("idle_us", "idle", "#BAB0AC"),
 )
@@ -34,7 +34,8 @@ METHOD = [
     "span - the union of all device activity. The data loader's time is the host's, beside it.",
     "Host timeline (CPU traces): the profiler steps' spans; input = the data loader's spans; "
     "compute = host ops outside them (not c10d calls); communication = gloo's worker-thread "
-    "collectives and the c10d calls; exposed = communication while neither ran; idle = the rest.",
+    "collectives and the c10d calls; exposed = communication while neither ran; other = the "
+    "rest (outside any op: Python, the framework); a process is never idle.",
     "Collectives are matched across ranks by process group and sequence number, or by step, "
     "operation and order of issue. Wait = last arrival - first arrival; transfer = first end "
     "after the last arrival - the last arrival; busbw = bytes x the nccl-tests bus factor / "

@@ -11,7 +11,8 @@ Two timelines, by what the trace holds:
 - **host** (a CPU trace, e.g. gloo): the step's span on the host. input = the data loader's
   spans; compute = host ops outside them (not `c10d::*` calls); communication = the gloo
   worker threads' collectives and the `c10d::*` calls; exposed communication = communication
-  while neither compute nor input ran; idle = the rest.
+  while neither compute nor input ran; other = the rest (outside any op: Python, the
+  framework); a process is never idle.
 The parts compute + exposed communication + other + input (host) + idle add up to the span.
 
 The window (as HTA's): every step but the last one when there are two or more (the last
@@ -109,6 +110,8 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
             step_inputs = clip(inputs, lo, hi)
             compute = subtract(clip(ops, lo, hi), step_inputs)
             row = _parts(compute, clip(comm, lo, hi), EMPTY, step_inputs, hi - lo)
+            # a process has no idle: outside ops it runs Python and the framework
+            row["other_us"], row["idle_us"] = row["idle_us"], 0.0
             rows.append({"step": number, **row})
         kept = {s[0] for s in steps}
         total = _sum_rows([r for r in rows if r["step"] in kept])

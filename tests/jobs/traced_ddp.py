@@ -53,7 +53,7 @@ def worker(rank: int, args: argparse.Namespace, store: str) -> None:
         activities=[torch.profiler.ProfilerActivity.CPU],
         schedule=schedule,
         on_trace_ready=handler,
-        record_shapes=True,
+        record_shapes=not args.no_shapes,
     ) as prof:
         for step, batch in enumerate(loader):
             if step == args.steps + 2:
@@ -79,6 +79,9 @@ def main() -> None:
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--gzip", action="store_true")
+    parser.add_argument(
+        "--no-shapes", action="store_true", help="no input shapes: less profiler overhead, no bytes"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
