@@ -23,31 +23,33 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parent.parent / "tests" / "data" / "hta_trace_filter"
 
 
-def _repeat(doc: dict, copies: int, rank: int, world: int) -> str:
-    """The trace with its events repeated `copies` times, each copy shifted past the last."""
+def _write_repeated(path: Path, doc: dict, copies: int, rank: int, world: int) -> int:
+    """Write the trace with its events repeated `copies` times, each copy shifted past the
+    last, a copy at a time; returns the bytes written."""
     events = doc["traceEvents"]
-    timed = [e for e in events if "ts" in e and isinstance(e.get("ts"), int | float)]
+    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
     meta["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": rank, "world_size": world}
-    parts = ["{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in meta.items())]
-    parts.append(',\n"traceEvents": [\n')
-    out = []
-    for k in range(copies):
-        for event in events:
-            e = dict(event)
-            if "ts" in e and isinstance(e["ts"], int | float):
-                e["ts"] = e["ts"] + k * span
-            name = str(e.get("name", ""))
-            if name.startswith("ProfilerStep#"):
-                e["name"] = f"ProfilerStep#{int(name.split('#')[1]) + 2 * k}"
-            args = e.get("args")
-            if isinstance(args, dict) and "correlation" in args:
-                e["args"] = {**args, "correlation": args["correlation"] + k * 10_000_000}
-            out.append(json.dumps(e))
-    parts.append(",\n".join(out))
-    parts.append("\n]\n}\n")
-    return "".join(parts)
+    with path.open("w") as out:
+        out.write("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in meta.items()))
+        out.write(',\n"traceEvents": [\n')
+        for k in range(copies):
+            lines = []
+            for event in events:
+                e = dict(event)
+                if isinstance(e.get("ts"), int | float):
+                    e["ts"] = e["ts"] + k * span
+                name = str(e.get("name", ""))
+                if name.startswith("ProfilerStep#"):
+                    e["name"] = f"ProfilerStep#{int(name.split('#')[1]) + 2 * k}"
+                args = e.get("args")
+                if isinstance(args, dict) and "correlation" in args:
+                    e["args"] = {**args, "correlation": args["correlation"] + k * 10_000_000}
+                lines.append(json.dumps(e))
+            out.write((",\n" if k else "") + ",\n".join(lines))
+        out.write("\n]\n}\n")
+        return out.tell()
 
 
 def make_job(folder: Path, ranks: int, total_gb: float) -> int:
@@ -55,15 +57,15 @@ def make_job(folder: Path, ranks: int, total_gb: float) -> int:
     sources = [
         json.loads(gzip.decompress(p.read_bytes())) for p in sorted(SOURCE.glob("*.json.gz"))
     ]
-    one = len(_repeat(sources[0], 1, 0, ranks))
+    one = _write_repeated(folder / "probe.json", sources[0], 1, 0, ranks)
+    (folder / "probe.json").unlink()
     copies = max(1, round(total_gb * 1e9 / ranks / one))
-    total = 0
-    for rank in range(ranks):
-        text = _repeat(sources[rank % len(sources)], copies, rank, ranks)
-        path = folder / f"rank{rank}.pt.trace.json"
-        path.write_text(text)
-        total += len(text)
-    return total
+    return sum(
+        _write_repeated(
+            folder / f"rank{rank}.pt.trace.json", sources[rank % len(sources)], copies, rank, ranks
+        )
+        for rank in range(ranks)
+    )
 
 
 def main() -> None:
@@ -82,23 +84,8 @@ def main() -> None:
         print(f"made {args.ranks} traces, {size / 1e9:.2f} GB in {made:.0f} s")
         biggest = max(p.stat().st_size for p in tmp.iterdir())
         # the read runs in its own process, so its peak memory (and its workers') is its own
-        code = (
-            "import json, resource, sys, time\n"
-            "from pathlib import Path\n"
-            "from gpuprof.traces.job import read_job\n"
-            "t = time.perf_counter()\n"
-            f"tables = read_job(Path({str(tmp)!r}), {args.jobs!r})\n"
-            "dt = time.perf_counter() - t\n"
-            "self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "kids_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-            "print(json.dumps({'seconds': dt, 'events': tables.info['events'],\n"
-            "  'collectives': len(tables.collectives), 'parent_mb': self_kb / 1024,\n"
-            "  'worker_mb': kids_kb / 1024}))\n"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code], check=True, capture_output=True, text=True
-        )
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = _read(tmp, args.jobs)
+        baseline = _read(SOURCE, 1)  # the interpreter, pandas and numpy: 2 small traces
     finally:
         if args.keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -109,10 +96,34 @@ def main() -> None:
         f"({size / 1e6 / seconds:.0f} MB/s; target under 60 s)"
     )
     print(
-        f"peak memory: reader process {result['parent_mb']:.0f} MB, largest worker "
-        f"{result['worker_mb']:.0f} MB; largest trace file {biggest / 1e6:.0f} MB "
-        f"(ratio worker / file {result['worker_mb'] * 2**20 / biggest:.2f})"
+        f"peak memory: reading process {result['parent_mb']:.0f} MB, largest worker "
+        f"{result['worker_mb']:.0f} MB, against {baseline['parent_mb']:.0f} MB reading two "
+        f"small traces; largest trace file {biggest / 1e6:.0f} MB"
     )
+    if not result["worker_mb"]:  # read in one process: what a kept event costs
+        above = (result["parent_mb"] - baseline["parent_mb"]) * 2**20
+        print(f"above that baseline: {above / result['events']:.0f} bytes a kept event")
+
+
+def _read(folder: Path, jobs: int | None) -> dict[str, float]:
+    """Read a folder's traces in a fresh process; its time, events and peak memory."""
+    code = (
+        "import json, resource, sys, time\n"
+        "from pathlib import Path\n"
+        "from gpuprof.traces.job import read_job\n"
+        "t = time.perf_counter()\n"
+        f"tables = read_job(Path({str(folder)!r}), {jobs!r})\n"
+        "dt = time.perf_counter() - t\n"
+        # VmHWM: this process's own peak (ru_maxrss would keep the parent's across exec)
+        "self_kb = int(next(l.split()[1] for l in open('/proc/self/status')\n"
+        "              if l.startswith('VmHWM')))\n"
+        "kids_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps({'seconds': dt, 'events': tables.info['events'],\n"
+        "  'collectives': len(tables.collectives), 'parent_mb': self_kb / 1024,\n"
+        "  'worker_mb': kids_kb / 1024}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 if __name__ == "__main__":

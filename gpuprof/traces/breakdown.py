@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof.analysis.intervals import EMPTY, Spans, clip, intersect, length, merge, subtract, union
-from gpuprof.traces.reader import RankTrace
+from gpuprof.traces.reader import KINDS, RankTrace
 
 PARTS = ["compute_us", "exposed_comm_us", "other_us", "input_us", "idle_us"]
 TOP_OPS = 10
@@ -68,20 +68,18 @@ class _Device:
     """A rank's device events as arrays, each with the time its launch happened."""
 
     def __init__(self, trace: RankTrace) -> None:
-        rows = trace.device
-        self.start = np.array([r[0] for r in rows], float)
-        self.end = np.array([r[1] for r in rows], float)
-        self.kind = np.array([r[2] for r in rows])
-        launches = trace.launches
-        self.launch = np.array([launches.get(r[4], r[0]) for r in rows], float)
+        self.start, self.end, codes, self.name, corr = trace.device.arrays()
+        self.kind = codes  # an index of KINDS
+        self.launch = trace.launch_times(corr, self.start)
 
     def parts(self, mask: np.ndarray, host_inputs: Spans) -> dict[str, Any]:
         if not mask.any():
             return {}
         start, end, kind = self.start[mask], self.end[mask], self.kind[mask]
         span = float(end.max() - start.min())
-        sets = {k: merge(start[kind == k], end[kind == k]) for k in ("computation", "comm")}
-        rest = ~np.isin(kind, ["computation", "comm"])
+        code = {k: KINDS.index(k) for k in ("computation", "comm")}
+        sets = {k: merge(start[kind == c], end[kind == c]) for k, c in code.items()}
+        rest = ~np.isin(kind, list(code.values()))
         row = _parts(sets["computation"], sets["comm"], merge(start[rest], end[rest]), EMPTY, span)
         row["input_us"] = length(host_inputs)  # host time, not a part of the device's span
         return row
@@ -102,7 +100,8 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
         total = device.parts(device.launch < before, inputs)
         timeline = "device"
     else:
-        ops = _spans([(o[0], o[1]) for o in trace.ops])
+        op_start, op_end, _, _ = trace.ops.arrays()
+        ops = merge(op_start, op_end)
         comm = union(
             _spans([(c.start, c.end) for c in trace.collectives]), _spans(trace.comm_calls)
         )
@@ -138,21 +137,29 @@ def top_ops(trace: RankTrace) -> list[dict[str, Any]]:
     kinds: dict[int, str] = {}
     if trace.on_device:
         device = _Device(trace)
-        for i, row in enumerate(trace.device):
-            if device.launch[i] < before:
-                totals[row[3]][0] += row[1] - row[0]
-                totals[row[3]][1] += 1
-                kinds[row[3]] = row[2]
+        kept = device.launch < before
+        for name, start, end in zip(
+            device.name[kept], device.start[kept], device.end[kept], strict=True
+        ):
+            totals[int(name)][0] += end - start
+            totals[int(name)][1] += 1
+        for name, kind in zip(device.name[kept], device.kind[kept], strict=True):
+            kinds[int(name)] = KINDS[int(kind)]
     elif steps:
         lo, hi = steps[0][1], steps[-1][2]
+        start, end, tid, name = trace.ops.arrays()
+        inside = (start >= lo) & (start < hi)
+        start, end, tid, name = start[inside], end[inside], tid[inside], name[inside]
+        order = np.lexsort((-end, start))
         reach: dict[int, float] = {}
-        for ts, end, tid, name in sorted(trace.ops, key=lambda o: (o[0], -o[1])):
-            if ts < lo or ts >= hi or ts < reach.get(tid, -np.inf):
-                continue  # outside the window, or inside an op already counted
-            reach[tid] = end
-            totals[name][0] += end - ts
-            totals[name][1] += 1
-            kinds[name] = "host"
+        for i in order:  # the outermost op of each thread: not inside one already counted
+            t = int(tid[i])
+            if start[i] < reach.get(t, -np.inf):
+                continue
+            reach[t] = float(end[i])
+            totals[int(name[i])][0] += float(end[i] - start[i])
+            totals[int(name[i])][1] += 1
+            kinds[int(name[i])] = "host"
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
     return [
         {

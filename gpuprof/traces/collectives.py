@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.specs.collectives import bus_factor
-from gpuprof.traces.reader import Collective
+from gpuprof.traces.reader import Collective, RankTrace
 
 MIN_LATE_US = 50.0  # a rank later than this is late (below: scheduling noise)
 STRAGGLER_SHARE_FEW = 0.75  # last in this share of collectives, with 2 or 3 ranks
@@ -57,15 +57,13 @@ def step_of(times: np.ndarray, steps: list[tuple[int, float, float]]) -> list[in
     return out
 
 
-def rank_collectives(
-    rank: int,
-    colls: list[Collective],
-    steps: list[tuple[int, float, float]],
-    launches: dict[int, float],
-) -> pd.DataFrame:
+def rank_collectives(trace: RankTrace) -> pd.DataFrame:
     """One rank's collectives with their step and matching key, in order of arrival."""
-    colls = sorted(colls, key=lambda c: c.start)
-    anchor = np.array([launches.get(c.corr, c.start) for c in colls], float)
+    colls = sorted(trace.collectives, key=lambda c: c.start)
+    steps, rank = trace.steps, trace.rank
+    anchor = trace.launch_times(
+        np.array([c.corr for c in colls], np.int64), np.array([c.start for c in colls], float)
+    )
     in_step = step_of(anchor, steps) if steps else [None] * len(colls)
     keys = _keys(colls, dict(enumerate(in_step)))
     return pd.DataFrame(

@@ -87,7 +87,7 @@ def read_one(path: Path) -> RankResult:
     """Read and reduce one rank's trace (in a worker process)."""
     trace = read_rank(path)
     steps, total = rank_breakdown(trace)
-    colls = rank_collectives(trace.rank, trace.collectives, trace.steps, trace.launches)
+    colls = rank_collectives(trace)
     return RankResult(
         path=str(path),
         rank=trace.rank,

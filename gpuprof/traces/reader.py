@@ -21,10 +21,13 @@ import gzip
 import json
 import math
 import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
 
 from gpuprof.errors import UsageError
 
@@ -96,6 +99,9 @@ DTYPE_BYTES = {
 }
 
 
+KINDS = ("comm", "copy", "computation", "other")  # device activity, as kernel_class names it
+
+
 def kernel_class(name: str) -> str:
     """comm, copy (memory), computation or other, by the kernel's name (HTA's rules and order)."""
     if COMM_KERNEL.match(name):
@@ -138,11 +144,12 @@ class RankTrace:
     base_ns: int | None = None
     backend: str | None = None
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (n, start, end)
-    ops: list[tuple[float, float, int, int]] = field(default_factory=list)  # + tid, name
+    ops: Columns = field(default_factory=lambda: Columns("ddqq"))  # start, end, tid, name
     comm_calls: list[tuple[float, float]] = field(default_factory=list)  # c10d::* on the host
     inputs: list[tuple[float, float]] = field(default_factory=list)
-    device: list[tuple[float, float, str, int, int]] = field(default_factory=list)  # + corr
-    launches: dict[int, float] = field(default_factory=dict)  # correlation -> launch ts
+    # start, end, kind (an index of KINDS), name, correlation
+    device: Columns = field(default_factory=lambda: Columns("ddbqq"))
+    launches: Columns = field(default_factory=lambda: Columns("qd"))  # correlation, launch ts
     collectives: list[Collective] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     events: int = 0
@@ -158,7 +165,38 @@ class RankTrace:
     @property
     def on_device(self) -> bool:
         """Whether the trace has device (GPU) activity."""
-        return bool(self.device)
+        return len(self.device) > 0
+
+    def launch_times(self, correlations: np.ndarray, default: np.ndarray) -> np.ndarray:
+        """When the host launched the work of each correlation id (`default` where unknown)."""
+        corr, ts = self.launches.arrays()
+        if corr.size == 0:
+            return default.astype(float)
+        order = np.argsort(corr, kind="stable")
+        corr, ts = corr[order], ts[order]
+        at = np.clip(np.searchsorted(corr, correlations), 0, corr.size - 1)
+        return np.where(corr[at] == correlations, ts[at], default).astype(float)
+
+
+class Columns:
+    """Rows of numbers kept as typed arrays (8 bytes a number, not a Python object each)."""
+
+    def __init__(self, codes: str) -> None:
+        self.columns = [array(code) for code in codes]
+
+    def append(self, *values: float) -> None:
+        for column, value in zip(self.columns, values, strict=True):
+            column.append(value)  # type: ignore[arg-type]  # an int column gets ints
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def arrays(self) -> list[np.ndarray]:
+        """The columns as numpy arrays (no copy)."""
+        return [
+            np.frombuffer(c, dtype=c.typecode) if len(c) else np.array([], dtype=c.typecode)
+            for c in self.columns
+        ]
 
 
 class _Stream:
@@ -310,7 +348,7 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
     if cat in DEVICE_CATS and "stream" in args:
         kind = kernel_class(name)
         corr = args.get("correlation", -1)
-        trace.device.append((ts, end, kind, trace.name_id(name, index), int(corr)))
+        trace.device.append(ts, end, KINDS.index(kind), trace.name_id(name, index), int(corr))
         if kind == "comm":
             found = _device_collective(name, args, ts, end)
             found.corr = int(corr)
@@ -318,7 +356,7 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
     elif cat in LAUNCH_CATS:
         corr = args.get("correlation")
         if corr is not None:
-            trace.launches[int(corr)] = ts
+            trace.launches.append(int(corr), ts)
     elif (step := STEP.match(name)) is not None:
         trace.steps.append((int(step.group(1)), ts, end))
     elif cat == "user_annotation":
@@ -333,5 +371,5 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
         else:
             tid = event.get("tid")
             trace.ops.append(
-                (ts, end, tid if isinstance(tid, int) else -1, trace.name_id(name, index))
+                ts, end, tid if isinstance(tid, int) else -1, trace.name_id(name, index)
             )
