@@ -138,3 +138,20 @@ def test_compare_and_trend_pages_draw_in_a_browser(
         assert figures >= least and drawn >= figures, (page.name, figures, drawn)
     assert 'class="regression"' in compare_page.read_text()
     assert 'class="regression"' in trend_page.read_text()
+
+
+def test_trace_report_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
+    traces = Path(__file__).parent / "data" / "hta_trace_filter"
+    report = tmp_path / "trace.html"
+    result = gp("trace", traces, "-o", report)
+    assert result.code == 0, result.err
+    dom = rendered_dom(report)
+    figures = dom.count('class="plotly-graph-div')
+    assert figures == 2  # the per-rank breakdown, the collectives' wait and transfer
+    assert len(re.findall(r'<svg class="main-svg"', dom)) >= figures
+    assert "Where each rank's time goes" in dom and "Who arrives last" in dom
+    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    visible = re.sub(r"<[^>]+>", " ", visible)
+    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible), re.findall(
+        r".{60}\b(?:nan|NaN|None)\b.{20}", visible
+    )

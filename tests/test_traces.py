@@ -69,14 +69,14 @@ def test_breakdown_matches_holistic_trace_analysis() -> None:
     assert tables.info["world_size"] == 128 and len(tables.collectives) == 10
 
 
-def _record(out: Path, *args: str) -> None:
+def _record(out: Path, *args: str, steps: int = 4) -> None:
     subprocess.run(
         [
             sys.executable,
             str(JOB),
             str(out),
             "--steps",
-            "4",
+            str(steps),
             "--hidden",
             "128",
             "--layers",
@@ -205,3 +205,13 @@ def test_trace_breakdown_agrees_with_the_ddp_probe(gp: Gp, tmp_path: Path) -> No
     print(f"probe {probe_parts}, trace {trace_parts}")
     for mine, theirs in zip(trace_parts, probe_parts, strict=True):
         assert mine == pytest.approx(theirs, abs=5.0), (trace_parts, probe_parts)
+
+
+def test_a_balanced_job_has_no_straggler(gp: Gp, tmp_path: Path) -> None:
+    """Someone is always last of two ranks; a straggler is last nearly always, by far."""
+    _record(tmp_path, steps=8)
+    result = gp("trace", tmp_path, "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert not [s for s in data["trace_stragglers"] if s["straggler"]], data["trace_stragglers"]
+    assert not any("holds the job back" in f for f in data["findings"])

@@ -40,8 +40,8 @@ METHOD = [
     "operation and order of issue. Wait = last arrival - first arrival; transfer = first end "
     "after the last arrival - the last arrival; busbw = bytes x the nccl-tests bus factor / "
     "transfer.",
-    "A straggler arrives last at most collectives (three quarters with 2-3 ranks, half with "
-    "more) by more than 2% of the step; its cause is the part (compute or input) that is "
+    "A straggler arrives last at most collectives (90% with 2-3 ranks, half with more) by a "
+    "median lead over 5% of the step; its cause is the part (compute or input) that is "
     "slower than the other ranks' median by at least half its lateness.",
 ]
 

@@ -30,8 +30,9 @@ from gpuprof.specs.collectives import bus_factor
 from gpuprof.traces.reader import Collective, RankTrace
 
 MIN_LATE_US = 50.0  # a rank later than this is late (below: scheduling noise)
-STRAGGLER_SHARE_FEW = 0.75  # last in this share of collectives, with 2 or 3 ranks
+STRAGGLER_SHARE_FEW = 0.9  # last in this share of collectives, with 2 or 3 ranks
 STRAGGLER_SHARE = 0.5  # with more ranks
+STRAGGLER_LEAD = 0.05  # ... by a median lead of this share of the step
 
 
 def _keys(colls: Sequence[Collective], steps: dict[int, int | None]) -> list[tuple[Any, ...]]:
@@ -188,7 +189,7 @@ def stragglers(matched: pd.DataFrame, steps: pd.DataFrame, ranks: list[int]) -> 
                 "input": float(medians.loc[rank, "input_us"] - others["input_us"]),
             }
         share = len(mine) / len(matched)
-        flagged = share >= threshold and held >= max(MIN_LATE_US, 0.02 * median_step)
+        flagged = share >= threshold and held >= max(MIN_LATE_US, STRAGGLER_LEAD * median_step)
         slower = {k: v for k, v in deltas.items() if v >= 0.5 * held and held > 0}
         cause = max(slower, key=lambda k: slower[k]) if slower else "neither"
         rows.append(
