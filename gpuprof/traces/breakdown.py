@@ -70,7 +70,11 @@ class _Device:
     def __init__(self, trace: RankTrace) -> None:
         self.start, self.end, codes, self.name, corr = trace.device.arrays()
         self.kind = codes  # an index of KINDS
-        self.launch = trace.launch_times(corr, self.start)
+        # a kernel whose launch was not recorded (launched before the recording began)
+        # belongs to no step and is outside the window, as HTA counts it; a trace with no
+        # launches at all (device activity only) is windowed by the kernels' own starts
+        unknown = np.full(self.start.size, np.nan) if len(trace.launches) else self.start
+        self.launch = trace.launch_times(corr, unknown)
 
     def parts(self, mask: np.ndarray, host_inputs: Spans) -> dict[str, Any]:
         if not mask.any():
