@@ -144,3 +144,24 @@ def test_stages_split_evenly_by_parameters() -> None:
     assert held == [216, 216, 576]  # the largest stage as small as a split can make it
     with pytest.raises(Exception, match="at least 9 modules"):
         split_by_parameters(model, 9)
+
+
+def test_the_ci_suite_takes_the_users_model(gp: Gp, tmp_path: Path) -> None:
+    plan = gp(
+        "sweep",
+        "--suite",
+        "ci",
+        "--device",
+        "cpu",
+        "--model",
+        EXAMPLE,
+        "--dry-run",
+        "--out",
+        tmp_path,
+    )
+    assert plan.code == 0, plan.err
+    assert "# ddp:" in plan.out + plan.err
+    bad = gp(
+        "sweep", "--suite", "ci", "--model", "nosuch.module:build", "--dry-run", "--out", tmp_path
+    )
+    assert bad.code == 2 and "cannot find nosuch.module" in bad.err

@@ -215,3 +215,118 @@ def test_a_balanced_job_has_no_straggler(gp: Gp, tmp_path: Path) -> None:
     data = json.loads(result.out)
     assert not [s for s in data["trace_stragglers"] if s["straggler"]], data["trace_stragglers"]
     assert not any("holds the job back" in f for f in data["findings"])
+
+
+def _gpu_trace(rank: int, host: str, skew: float, late: float) -> dict[str, object]:
+    """A minimal Kineto trace of one rank: 3 steps, each a compute kernel then an NCCL
+    all_reduce (1 MiB of floats) whose metadata torch copies onto the kernel; this rank's
+    clock runs `skew` us ahead, and it reaches each all_reduce `late` us after rank 0."""
+    events: list[dict[str, object]] = []
+    for step in range(3):
+        t0 = 1000.0 * step + skew
+        corr = 10 * step
+        events += [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 1000.0,
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 + 1,
+                "dur": 2,
+                "args": {"correlation": corr},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ampere_sgemm_128x64_nn",
+                "pid": 0,
+                "tid": 7,
+                "ts": t0 + 10,
+                "dur": 90.0 + late,
+                "args": {"stream": 7, "correlation": corr},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 + 5,
+                "dur": 2,
+                "args": {"correlation": corr + 1},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "pid": 0,
+                "tid": 20,
+                "ts": t0 + 100 + late,
+                "dur": 200.0 - late,
+                "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long)",
+                "args": {
+                    "stream": 20,
+                    "correlation": corr + 1,
+                    "Collective name": "allreduce",
+                    "In msg nelems": 262144,
+                    "Out msg nelems": 262144,
+                    "dtype": "Float",
+                    "Group size": 2,
+                    "Process Group Name": "0",
+                    "Seq": step,
+                },
+            },
+        ]
+    return {
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "host_name": host,
+        "traceEvents": events,
+    }
+
+
+def test_nccl_collectives_match_by_sequence_across_skewed_hosts(tmp_path: Path) -> None:
+    late = 30.0
+    for rank, (host, skew, lag) in enumerate([("a", 0.0, 0.0), ("b", 5000.0, late)]):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(_gpu_trace(rank, host, skew, lag)))
+    tables = read_job(tmp_path, jobs=1)
+    colls = tables.collectives
+    assert len(colls) == 3 and set(colls["key"].str.startswith("('seq'")) == {True}
+    # the clocks are put together from the collectives' ends: 5000 us apart
+    offsets = tables.info["clock_offsets_us"]
+    assert float(offsets["1"]) - float(offsets["0"]) == pytest.approx(5000.0)
+    assert list(colls["wait_us"]) == pytest.approx([late] * 3)
+    assert set(colls["last_rank"]) == {1}
+    # busbw = 1 MiB x 2(n-1)/n / (the transfer after the last arrival: 200 - 30 us)
+    assert list(colls["busbw_gbps"]) == pytest.approx([262144 * 4 / (200 - late) / 1e3] * 3)
+    # the window: steps 0 and 1; compute 90 us and 200 us of communication per rank's step
+    ranks = tables.ranks.set_index("rank")
+    assert ranks.loc[0, "compute_us"] == pytest.approx(2 * 90.0)
+    assert ranks.loc[0, "comm_us"] == pytest.approx(2 * 200.0)
+
+
+def test_collectives_against_what_a_sweep_measured(
+    straggler_job: Path, two_rank_run: Path, gp: Gp
+) -> None:
+    result = gp("trace", straggler_job, "--run", two_rank_run, "--format", "json")
+    assert result.code == 0, result.err
+    colls = json.loads(result.out)["trace_collectives"]
+    assert colls and all(c["op"] == "all_reduce" for c in colls)
+    # the sweep measured all_reduce at 2 ranks: each collective gets the nearest size's busbw
+    assert all(c["measured_busbw_gbps"] > 0 for c in colls)
+    assert all(
+        c["share_of_measured"] == pytest.approx(c["busbw_gbps"] / c["measured_busbw_gbps"])
+        for c in colls
+    )
+    text = gp("trace", straggler_job, "--run", two_rank_run).out
+    assert "measured GB/s" in text
+    missing = gp("trace", straggler_job, "--run", "nope")
+    assert missing.code == 2 and "nope" in missing.err
