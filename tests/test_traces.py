@@ -330,3 +330,60 @@ def test_collectives_against_what_a_sweep_measured(
     assert "measured GB/s" in text
     missing = gp("trace", straggler_job, "--run", "nope")
     assert missing.code == 2 and "nope" in missing.err
+
+
+def test_findings_name_what_to_change() -> None:
+    import pandas as pd
+
+    from gpuprof.advice.traces import findings
+    from gpuprof.traces.job import TraceTables
+
+    def tables(input_us: float, share: float) -> TraceTables:
+        ranks = pd.DataFrame(
+            [
+                {
+                    "rank": 0,
+                    "timeline": "device",
+                    "steps": 4,
+                    "span_us": 100_000.0,
+                    "compute_us": 40_000.0,
+                    "comm_us": 20_000.0,
+                    "overlap_us": 5_000.0,
+                    "exposed_comm_us": 15_000.0,
+                    "other_us": 0.0,
+                    "input_us": input_us,
+                    "idle_us": 45_000.0,
+                }
+            ]
+        )
+        colls = pd.DataFrame(
+            [
+                {
+                    "op": "all_reduce",
+                    "nbytes": 2.0**26,
+                    "busbw_gbps": 40.0,
+                    "measured_busbw_gbps": 40.0 / share,
+                    "share_of_measured": share,
+                }
+            ]
+        )
+        empty = pd.DataFrame()
+        return TraceTables(
+            ranks=ranks,
+            steps=empty,
+            ops=empty,
+            collectives=colls,
+            waits=empty,
+            stragglers=empty,
+            info={},
+        )
+
+    fed = findings(tables(input_us=40_000.0, share=0.3))
+    assert any("Exposed communication is 15%" in f and "bucket_cap_mb" in f for f in fed)
+    assert any("idle 45%" in f and "input-bound" in f for f in fed)
+    assert any(
+        "under 50% of the bus bandwidth" in f and "40.00 GB/s against 133.33" in f for f in fed
+    )
+    host = findings(tables(input_us=1_000.0, share=0.9))
+    assert any("idle 45%" in f and "waiting for the host" in f for f in host)
+    assert not any("bus bandwidth" in f for f in host)
