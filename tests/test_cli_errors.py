@@ -112,9 +112,18 @@ def test_a_measurement_prints_json_when_asked(gp: Gp, tmp_path: Path) -> None:
               "--format", "json", "--out", str(tmp_path))  # fmt: skip
     assert done.code == 0, done.err
     data = json.loads(done.out)
-    assert set(data) == {"run", "status", "report", "verdict", "findings", "failures"}
+    keys = {"run", "status", "report", "verdict", "findings", "failures"}
+    assert set(data) == keys | {"took_s", "estimated_s"}
     assert data["status"] == "complete" and data["report"].endswith("report.html")
     assert isinstance(data["findings"], list) and data["failures"] == []
+    # how long it took against the dry run's estimate, also kept in run.json
+    assert data["took_s"] > 0 and data["estimated_s"] > 0
+    info = json.loads((Path(data["run"]) / "run.json").read_text())
+    assert info["took_s"] == pytest.approx(data["took_s"], abs=0.1)
+    assert info["estimated_s"] == pytest.approx(data["estimated_s"], abs=0.1)
+    table = gp("run", "compute", "--matmul-n", "64", "--budget-ms", "20", "--no-telemetry",
+               "--out", str(tmp_path / "table"))  # fmt: skip
+    assert re.search(r"measured in \d+ s; the dry run estimated \d+ s", table.err), table.err
     listed = json.loads(gp("runs", str(tmp_path), "--format", "json").out)
     assert [r["path"] for r in listed] == [data["run"]]
 

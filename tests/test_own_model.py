@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof import open_run
+from gpuprof.runs.store import Run
 from tests.conftest import Gp
 
 EXAMPLE = "examples.own_model.mlp:build"
@@ -18,6 +19,13 @@ EXAMPLE_PARAMS = 4 * (2 * WIDTH + WIDTH * 4 * WIDTH + 4 * WIDTH + 4 * WIDTH * WI
 EXAMPLE_PARAMS += WIDTH * CLASSES + CLASSES
 FAST = ["--device", "cpu", "--gpus", "2", "--no-telemetry", "--budget-ms", "50"]
 FAST += ["--min-iters", "2", "--warmup", "1"]
+
+
+def measure(gp: Gp, out: Path, probe: str, model: str, *args: str) -> Run:
+    """`gpuprof run PROBE` on 2 CPU ranks with `--model`; the run it wrote."""
+    result = gp("run", probe, *FAST, "--model", model, *args, "--out", out, "--format", "json")
+    assert result.code == 0, result.err
+    return open_run(json.loads(result.out)["run"])
 
 
 @pytest.mark.parametrize(
@@ -37,21 +45,7 @@ def test_a_bad_model_is_refused_before_launch(gp: Gp, tmp_path: Path, spec: str,
 
 @pytest.mark.gloo("ddp")
 def test_ddp_trains_the_users_model(gp: Gp, tmp_path: Path) -> None:
-    result = gp(
-        "run",
-        "ddp",
-        *FAST,
-        "--model",
-        EXAMPLE,
-        "--ddp-variants",
-        "default",
-        "--out",
-        tmp_path,
-        "--format",
-        "json",
-    )
-    assert result.code == 0, result.err
-    run = open_run(json.loads(result.out)["run"])
+    run = measure(gp, tmp_path, "ddp", EXAMPLE, "--ddp-variants", "default")
     rows = run.table("ddp")
     assert set(rows["model"]) == {EXAMPLE}
     assert set(rows["num_params"]) == {EXAMPLE_PARAMS}  # the user's model, not ours
@@ -61,22 +55,8 @@ def test_ddp_trains_the_users_model(gp: Gp, tmp_path: Path) -> None:
 
 @pytest.mark.gloo("sharded")
 def test_sharded_strategies_train_the_users_model(gp: Gp, tmp_path: Path) -> None:
-    result = gp(
-        "run",
-        "sharded",
-        *FAST,
-        "--model",
-        EXAMPLE,
-        "--strategies",
-        "ddp,fsdp",
-        "--no-scaling",
-        "--out",
-        tmp_path,
-        "--format",
-        "json",
-    )
-    assert result.code == 0, result.err
-    rows = open_run(json.loads(result.out)["run"]).table("sharded")
+    run = measure(gp, tmp_path, "sharded", EXAMPLE, "--strategies", "ddp,fsdp", "--no-scaling")
+    rows = run.table("sharded")
     assert set(rows["num_params"]) == {EXAMPLE_PARAMS}
     # the bytes each rank sends match theory for the user's parameter count
     ratio = rows["sent_bytes"] / rows["theory_sent_bytes"]
@@ -107,23 +87,16 @@ def test_a_factory_that_returns_the_wrong_thing_skips_its_cases(gp: Gp, tmp_path
 
 @pytest.mark.gloo("pipeline")
 def test_pipeline_splits_the_users_model_evenly(gp: Gp, tmp_path: Path) -> None:
-    result = gp(
-        "run",
+    run = measure(
+        gp,
+        tmp_path,
         "pipeline",
-        *FAST,
-        "--model",
         "examples.own_model.mlp:build_sequential",
         "--schedules",
         "GPipe,Interleaved1F1B",
         "--micro-batches",
         "2",
-        "--out",
-        tmp_path,
-        "--format",
-        "json",
     )
-    assert result.code == 0, result.err
-    run = open_run(json.loads(result.out)["run"])
     rows = run.table("pipeline")
     assert set(rows["model"]) == {"examples.own_model.mlp:build_sequential"}
     assert set(rows["mb_rows"]) == {32}

@@ -102,11 +102,15 @@ def _say(request: Any, result: Any, tables: bool, fmt: str = "table") -> None:
                 "verdict": result.verdict,
                 "findings": list(result.findings),
                 "failures": result.failures,
+                "took_s": result.took_s,
+                "estimated_s": result.estimated_s,
             }
             click.echo(json.dumps(summary, default=str))
         else:
             if result.verdict and not request.quiet:  # the verdict before the path (stderr)
                 click.echo("\n".join(_headline(result.verdict, result.findings)), err=True)
+            if result.took_s is not None and result.estimated_s and not request.quiet:
+                click.echo(_timing(result.took_s, result.estimated_s), err=True)
             click.echo(str(result.report or result.run_dir))
     if result.status != "complete":
         first = result.failures[0] if result.failures else {}
@@ -129,6 +133,14 @@ def _headline(verdict: str, findings: tuple[str, ...]) -> list[str]:
     if len(findings) > HEADLINE_FINDINGS:
         lines.append(f"({len(findings) - HEADLINE_FINDINGS} more finding(s) in the report)")
     return lines
+
+
+def _timing(took_s: float, estimated_s: float) -> str:
+    """How long the sweep took against the dry run's estimate."""
+    return (
+        f"measured in {took_s:.0f} s; the dry run estimated {estimated_s:.0f} s "
+        f"({took_s / estimated_s:.2f}x)"
+    )
 
 
 def _who(failure: dict[str, Any]) -> str:

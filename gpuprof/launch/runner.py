@@ -30,6 +30,7 @@ from gpuprof.reports.prometheus import check_textfile_path, write_textfile
 from gpuprof.runs.finish import finish_run
 from gpuprof.runs.plan import SweepPlan, build_plan, estimated_seconds, estimates
 from gpuprof.runs.store import (
+    RUN_JSON,
     Run,
     check_out_dir,
     check_tag,
@@ -38,6 +39,7 @@ from gpuprof.runs.store import (
     prepare_resume,
     resume_plan,
     start_run,
+    update_run_json,
 )
 
 CPU_RANKS_PER_CORE = 4  # gloo ranks beyond this only measure the OS scheduler
@@ -83,6 +85,8 @@ class SweepResult:
     home: bool = True
     note: str | None = None  # said instead of measuring (a resumed run that is complete)
     overrun: str | None = None  # the sweep took much longer than estimated
+    took_s: float | None = None  # launch to report, on the home node
+    estimated_s: float | None = None  # what the dry run estimated for the same plan
     silent: bool = False  # a rank torchrun started that does not hold the run: nothing to say
 
 
@@ -319,7 +323,11 @@ def _home_node(
         result = _finish(run_dir, request, supervised)
     finally:
         guard.restore()
-    return replace(result, overrun=_overrun(plan, time.monotonic() - started))
+    took = time.monotonic() - started
+    estimate = estimated_seconds(plan)
+    if result.run_dir is not None and (result.run_dir / RUN_JSON).is_file():
+        update_run_json(result.run_dir, took_s=round(took, 1), estimated_s=round(estimate, 1))
+    return replace(result, overrun=_overrun(plan, took), took_s=took, estimated_s=estimate)
 
 
 def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None) -> SweepResult:
