@@ -1,10 +1,9 @@
 """A sweep from start to end on this node, for `gpuprof sweep`, `gpuprof run <probe>` and the
 `torchrun -m gpuprof.probes.<probe>` mains.
 
-The plan comes from the options (or from the run being resumed). Then either this process
-launches the node's ranks and supervises them (local, manual, slurm launchers), or torchrun
-started this process as one rank and it measures itself ("torchrun" launcher). Node 0 (or
-rank 0) finishes the run: consolidates, sets the status and writes the report.
+The plan comes from the options (or the run being resumed). This process launches and watches
+the node's ranks (local, manual, slurm), or is one rank torchrun started ("torchrun"). Node 0
+(or rank 0) consolidates, sets the status and writes the report.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from gpuprof.runs.store import (
 )
 
 CPU_RANKS_PER_CORE = 4  # gloo ranks beyond this only measure the OS scheduler
+OVERRUN_FACTOR = 1.5  # a sweep this many times its estimate says so
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -323,11 +323,7 @@ def _home_node(
         result = _finish(run_dir, request, supervised)
     finally:
         guard.restore()
-    took = time.monotonic() - started
-    estimate = estimated_seconds(plan)
-    if result.run_dir is not None and (result.run_dir / RUN_JSON).is_file():
-        update_run_json(result.run_dir, took_s=round(took, 1), estimated_s=round(estimate, 1))
-    return replace(result, overrun=_overrun(plan, took), took_s=took, estimated_s=estimate)
+    return _timed(result, plan, time.monotonic() - started)
 
 
 def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None) -> SweepResult:
@@ -354,18 +350,19 @@ def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None)
     )
 
 
-OVERRUN_FACTOR = 1.5
-
-
-def _overrun(plan: SweepPlan, took_s: float) -> str | None:
-    """A line when the sweep took much longer than estimated (say so: the user planned on it)."""
+def _timed(result: SweepResult, plan: SweepPlan, took_s: float) -> SweepResult:
+    """The result with how long the sweep took against its estimate (in run.json too), and a
+    line when it took much longer (say so: the user planned on it)."""
     estimate = estimated_seconds(plan)
-    if took_s <= OVERRUN_FACTOR * estimate:
-        return None
-    return (
+    if result.run_dir is not None and (result.run_dir / RUN_JSON).is_file():
+        update_run_json(result.run_dir, took_s=round(took_s, 1), estimated_s=round(estimate, 1))
+    overrun = (
         f"the sweep took {took_s:.0f} s, {took_s / estimate:.1f}x the estimated {estimate:.0f} s "
         "(cases outlasting their budget: a slow link or large sizes; see --dry-run)"
+        if took_s > OVERRUN_FACTOR * estimate
+        else None
     )
+    return replace(result, overrun=overrun, took_s=took_s, estimated_s=estimate)
 
 
 def _helper_node(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> SweepResult:
