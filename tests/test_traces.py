@@ -392,3 +392,26 @@ def test_findings_name_what_to_change() -> None:
     host = findings(tables(input_us=1_000.0, share=0.9))
     assert any("idle 45%" in f and "waiting for the host" in f for f in host)
     assert not any("bus bandwidth" in f for f in host)
+
+
+def test_without_steps_every_kernel_counts(tmp_path: Path) -> None:
+    """No ProfilerStep (a profile without a schedule): no window, so a kernel whose launch was
+    not recorded counts too, as HTA keeps every event then."""
+    trace = _gpu_trace(0, "a", 0.0, 0.0)
+    events = [e for e in trace["traceEvents"] if not str(e["name"]).startswith("ProfilerStep")]
+    events.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ampere_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": 7,
+            "ts": 5000.0,
+            "dur": 50.0,
+            "args": {"stream": 7, "correlation": 999},
+        }
+    )
+    (tmp_path / "rank0.json").write_text(json.dumps({**trace, "traceEvents": events}))
+    ranks = read_job(tmp_path, jobs=1).ranks
+    assert ranks.loc[0, "compute_us"] == pytest.approx(3 * 90.0 + 50.0)
+    assert ranks.loc[0, "steps"] == 0

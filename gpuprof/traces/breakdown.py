@@ -76,6 +76,11 @@ class _Device:
         unknown = np.full(self.start.size, np.nan) if len(trace.launches) else self.start
         self.launch = trace.launch_times(corr, unknown)
 
+    def in_window(self, before: float) -> np.ndarray:
+        """What the window holds: launched before `before`; with no window (fewer than two
+        steps), everything, unrecorded launches too (as HTA keeps all events then)."""
+        return self.launch < before if np.isfinite(before) else np.ones(self.launch.size, bool)
+
     def parts(self, mask: np.ndarray, host_inputs: Spans) -> dict[str, Any]:
         if not mask.any():
             return {}
@@ -101,7 +106,7 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
             row = device.parts(mask, clip(inputs, lo, hi))
             if row:
                 rows.append({"step": number, **row})
-        total = device.parts(device.launch < before, inputs)
+        total = device.parts(device.in_window(before), inputs)
         timeline = "device"
     else:
         op_start, op_end, _, _ = trace.ops.arrays()
@@ -141,7 +146,7 @@ def top_ops(trace: RankTrace) -> list[dict[str, Any]]:
     kinds: dict[int, str] = {}
     if trace.on_device:
         device = _Device(trace)
-        kept = device.launch < before
+        kept = device.in_window(before)
         for name, start, end in zip(
             device.name[kept], device.start[kept], device.end[kept], strict=True
         ):
