@@ -1,6 +1,6 @@
 """NCCL's model (gpuprof.predict.nccl) against published nccl-tests results.
 
-    python benchmarks/predict_published.py [tests/data/published.tsv]
+    python benchmarks/predict_published.py [FILE.tsv]
 
 Predicts every row of the published set on its system preset (the algorithm forced only
 where the source states it), prints each row's error and, per size class, how many rows
@@ -10,36 +10,14 @@ nodes for every collective and size (the predictor's speed target: under a secon
 
 from __future__ import annotations
 
-import csv
 import math
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from gpuprof.machine.systems import PRESETS
 from gpuprof.predict.nccl import OPS, P2P_OPS, collective
-
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published.tsv"
-BOUND = 0.15
-LARGE = 256 << 20  # bandwidth-bound sizes
-
-
-def predicted(row: dict[str, str]) -> tuple[float, str]:
-    """The row's metric as the model predicts it, and the algorithm/protocol it chose."""
-    system = PRESETS[row["preset"]]
-    if row["collnet"] == "yes":
-        system = replace(system, collnet=True)
-    got = collective(
-        system, row["op"], int(row["ranks"]), float(row["size_bytes"]), row["algorithm"] or None
-    )
-    value = got.time_us if row["metric"] == "time_us" else got.busbw_gbps
-    return value, f"{got.algorithm}/{got.protocol}"
-
-
-def rows(path: Path = DATA) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
+from gpuprof.predict.published import BOUND, DATA, LARGE, predicted, rows
 
 
 def main() -> None:

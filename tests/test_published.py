@@ -1,5 +1,5 @@
 """NCCL's model (gpuprof.predict.nccl) and the system presets against published nccl-tests
-results (tests/data/published.tsv; docs/validation.md says where each row comes from and
+results (gpuprof/predict/data/published.tsv; docs/validation.md says where each row comes from and
 which were left out), and the model's own rules: algorithm choice, latency floors, scale."""
 
 from __future__ import annotations
@@ -8,14 +8,15 @@ import itertools
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks.predict_published import LARGE, predicted, rows
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import PRESETS, load_system
 from gpuprof.predict.collectives import WhatIf
 from gpuprof.predict.nccl import OPS, collective
+from gpuprof.predict.published import LARGE, predicted, rows
 
 ROWS = rows()
 
@@ -142,3 +143,48 @@ def test_a_run_on_the_same_hardware_keeps_its_own_fits_inside_the_node() -> None
     # a what-if on the NICs reaches the preset's side only
     slower = mixed.changed(WhatIf(nic_gbps=100.0))
     assert slower.collective("all_reduce", 4, 8, float(1 << 30), "nccl").time_us > across.time_us
+
+
+class _Run:
+    """What the report's published figure reads of a run: its device and GPUs."""
+
+    def __init__(self, device: str, gpu: str) -> None:
+        self.info = {"device": device, "nodes": [{"gpu_name": gpu}]}
+
+
+def _figure_traces(run: _Run) -> tuple[str, list[dict[str, Any]]]:
+    from gpuprof.reports.sections.scaling import published_comparison
+
+    found = published_comparison(run)  # type: ignore[arg-type]
+    assert found is not None
+    return found[0], [t.to_plotly_json() for t in found[1].data]
+
+
+def test_the_report_draws_the_model_against_every_published_bandwidth_row() -> None:
+    text, traces = _figure_traces(_Run("cpu", ""))
+    large = [
+        r
+        for r in ROWS
+        if r["op"] == "all_reduce" and r["metric"] == "busbw_gbps" and int(r["size_bytes"]) >= LARGE
+    ]
+    markers = [t for t in traces if t["mode"] == "markers"]
+    lines = [t for t in traces if t["mode"] == "lines"]
+    assert len(lines) == len(markers) == len({r["preset"] for r in large})
+    drawn = sorted(y for t in markers for y in t["y"])
+    assert drawn == sorted(float(r["value"]) for r in large)
+    within = sum(
+        abs(e) <= 0.15 for e in _errors([r for r in ROWS if int(r["size_bytes"]) >= LARGE])
+    )
+    assert f"{within} of {sum(int(r['size_bytes']) >= LARGE for r in ROWS)} rows of 256 MiB" in text
+    # a CPU run matches no preset: a few common systems are drawn, the rest wait in the legend
+    shown = {t["name"].split(" ")[0] for t in lines if t.get("visible") is True}
+    assert shown == {"dgx-a100", "dgx-h100", "aws-p5", "gb200-nvl72"}
+
+
+def test_a_run_on_h100s_shows_the_h100_systems_first() -> None:
+    _, traces = _figure_traces(_Run("cuda", "NVIDIA H100 80GB HBM3"))
+    shown = {
+        t["name"].split(" ")[0] for t in traces if t["mode"] == "lines" and t.get("visible") is True
+    }
+    h100 = {name for name, s in PRESETS.items() if s.gpu == "NVIDIA H100 80GB HBM3"}
+    assert shown == h100 & {r["preset"] for r in ROWS if r["op"] == "all_reduce"} - {"gcp-a3-high"}

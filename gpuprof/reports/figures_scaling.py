@@ -69,3 +69,54 @@ def predicted_figure(
         margin={"t": 50, "b": 40},
     )
     return fig
+
+
+PALETTE = (
+    "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
+    "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b", "#17becf", "#7f7f7f",
+)  # fmt: skip
+
+
+def published_figure(curves: pd.DataFrame, points: pd.DataFrame, shown: set[str]) -> go.Figure:
+    """Per system, `curves` (system, gpus, busbw_gbps) as a line and its published `points`
+    (system, gpus, busbw_gbps, label) as markers of the same colour, toggled together from
+    the legend; systems not in `shown` start hidden."""
+    fig = go.Figure()
+    for i, (system, curve) in enumerate(curves.groupby("system", sort=False)):
+        color = PALETTE[i % len(PALETTE)]
+        visible: bool | str = True if system in shown else "legendonly"
+        fig.add_trace(
+            go.Scatter(
+                x=curve["gpus"],
+                y=curve["busbw_gbps"],
+                mode="lines",
+                name=str(system),
+                legendgroup=str(system),
+                visible=visible,
+                line={"color": color, "dash": "dot"},
+                hovertemplate=f"{system}: %{{x}} GPUs, %{{y:.0f}} GB/s (predicted)<extra></extra>",
+            )
+        )
+        mine = points[points["system"] == system]
+        fig.add_trace(
+            go.Scatter(
+                x=mine["gpus"],
+                y=mine["busbw_gbps"],
+                mode="markers",
+                name=f"{system} published",
+                legendgroup=str(system),
+                showlegend=False,
+                visible=visible,
+                marker={"size": 10, "color": color, "symbol": "diamond"},
+                text=mine["label"],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="all_reduce bus bandwidth: NCCL's model (lines) against published results",
+        xaxis={"title": "GPUs", "type": "log"},
+        yaxis={"title": "busbw GB/s", "rangemode": "tozero"},
+        height=420,
+        margin={"t": 50, "b": 40},
+    )
+    return fig

@@ -7,12 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from gpuprof.analysis.ddp import scaling
 from gpuprof.analysis.summary import Analyzed
+from gpuprof.machine.systems import PRESETS
+from gpuprof.predict.nccl import collective
 from gpuprof.predict.predictions import COLLECTIVES, DDP, report_curves
+from gpuprof.predict.published import BOUND, LARGE, checked
 from gpuprof.predict.text import fit_rows
-from gpuprof.reports.figures_scaling import predicted_figure
+from gpuprof.predict.whatifs import same_hardware
+from gpuprof.reports.figures_scaling import predicted_figure, published_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, Table, embed
 from gpuprof.units import format_size
 
@@ -94,6 +99,86 @@ def _collective_figure(analyzed: Analyzed, coll: pd.DataFrame, op: str) -> str |
     )
 
 
+SHOWN = ("dgx-a100", "dgx-h100", "aws-p5", "gb200-nvl72")  # drawn first when no preset matches
+
+
+def published_comparison(analyzed: Analyzed) -> tuple[str, go.Figure] | None:
+    """NCCL's model on every preset with published bandwidth-bound all_reduce results, the
+    results on it, and how many of all the published rows it predicts within the bound: the
+    note and the figure (None without such rows)."""
+    every = checked()
+    large = [
+        c
+        for c in every
+        if c.row["op"] == "all_reduce"
+        and c.row["metric"] == "busbw_gbps"
+        and int(c.row["size_bytes"]) >= LARGE
+    ]
+    if not large:
+        return None
+    curves: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    names: list[str] = []
+    for preset in dict.fromkeys(c.row["preset"] for c in large):
+        mine = [c for c in large if c.row["preset"] == preset]
+        system, size = PRESETS[preset], max(int(c.row["size_bytes"]) for c in mine)
+        most = max(int(c.row["ranks"]) for c in mine)
+        gpus = sorted(
+            {system.domain * 2**k for k in range(12) if system.domain * 2**k <= max(most, 16 * 8)}
+            | {int(c.row["ranks"]) for c in mine}
+        )
+        name = f"{preset} ({format_size(size)})"
+        names.append(name)
+        curves += [
+            {
+                "system": name,
+                "gpus": g,
+                "busbw_gbps": collective(system, "all_reduce", g, size).busbw_gbps,
+            }
+            for g in gpus
+        ]
+        points += [
+            {
+                "system": name,
+                "gpus": int(c.row["ranks"]),
+                "busbw_gbps": c.published,
+                "label": (
+                    f"{c.row['system']}, {c.row['ranks']} GPUs, "
+                    f"{format_size(int(c.row['size_bytes']))}: "
+                    f"published {c.published:.0f} GB/s, predicted {c.predicted:.0f} "
+                    f"({100 * c.error:+.0f}%, {c.choice}); NCCL {c.row['nccl_version'] or '?'}; "
+                    f"{c.row['source']}"
+                ),
+            }
+            for c in mine
+        ]
+    mine_here = {f"{p} (" for p, s in PRESETS.items() if same_hardware(analyzed, s)}
+    shown = {n for n in names if any(n.startswith(m) for m in mine_here)} or {
+        n for n in names if n.split(" ")[0] in SHOWN
+    }
+    fig = published_figure(pd.DataFrame(curves), pd.DataFrame(points), shown)
+
+    def counted(part: list[Any]) -> str:
+        within = sum(abs(c.error) <= BOUND for c in part)
+        return f"{within} of {len(part)}"
+
+    big = [c for c in every if int(c.row["size_bytes"]) >= LARGE]
+    small = [c for c in every if int(c.row["size_bytes"]) < LARGE]
+    text = (
+        "What gpuprof predict --hardware PRESET computes, against published nccl-tests results "
+        "of real clusters (diamonds; hover one for its source): lines are NCCL's own cost model on "
+        "each preset at the largest published size. Within "
+        f"{BOUND:.0%} of the published value: {counted(big)} rows of 256 MiB and more, "
+        f"{counted(small)} smaller (latency-bound) rows."
+    )
+    return text, fig
+
+
+def _published(analyzed: Analyzed) -> list[Block]:
+    found = published_comparison(analyzed)
+    return [Note(text=found[0]), Figures(html=[embed(found[1])])] if found else []
+
+
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The scaling section, or nothing when the run has no collective to fit."""
     curves = analyzed.cached("scaling", lambda: report_curves(analyzed))
@@ -135,4 +220,5 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     notes = sorted({n for c in curves for n in c.notes})
     if notes:
         blocks.append(Note(text="Not predicted: " + "; ".join(notes)))
+    blocks += _published(analyzed)
     return [Section(title="Scaling: predicted", anchor="scaling", blocks=blocks, method=[METHOD])]
