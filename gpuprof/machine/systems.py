@@ -73,6 +73,15 @@ class System:
         return self.nics_per_node * max(1, self.domain // self.gpus_per_node)
 
 
+# what EFA's stack (libfabric's SRD through aws-ofi-nccl) adds to each message over
+# InfiniBand verbs, which NCCL's network latencies assume: fi_pingpong reads 24.4-26.3 us per
+# transfer at 1 KiB on EFA (libfabric 1.18.0, ComputeCanada/puppet-magic_castle pull 331)
+# against 2.65 us at 256 B on mlx5 verbs (ofiwg/libfabric issue 5568): about 22 us. Measured
+# with host buffers, not on GPU instances; no published figure of the p5 or p5en
+# generation separately was found.
+EFA_LATENCY_US = 22.0
+
+
 def _sys(**kw: Any) -> System:
     return System(**kw)
 
@@ -151,6 +160,7 @@ PRESETS: dict[str, System] = {
             nics_per_node=4,
             nic_gbps=100,
             nic_pcie_gen=4,
+            net_latency_us=EFA_LATENCY_US,
             source="AWS p4d.24xlarge: 8 x A100 40GB on NVSwitch, 4 x 100 Gbit/s EFA (AWS "
             "instance page)",
         ),
@@ -163,6 +173,7 @@ PRESETS: dict[str, System] = {
             nvls=True,
             nics_per_node=32,
             nic_gbps=100,
+            net_latency_us=EFA_LATENCY_US,
             source="AWS p5.48xlarge: 8 x H100 SXM, 32 x 100 Gbit/s EFA v2 (3200 Gbit/s, AWS "
             "instance page)",
         ),
@@ -175,6 +186,7 @@ PRESETS: dict[str, System] = {
             nvls=True,
             nics_per_node=16,
             nic_gbps=200,
+            net_latency_us=EFA_LATENCY_US,
             source="AWS p5en.48xlarge: 8 x H200, 16 x 200 Gbit/s EFA v3 (AWS instance page)",
         ),
         _sys(
