@@ -476,3 +476,22 @@ def test_fault_hook_dilates_the_timed_clock_by_its_factor(monkeypatch: pytest.Mo
     monkeypatch.setenv("GPUPROF_FAULT_SLOW", "0.5")
     with pytest.raises(ValueError, match="factor must be"):
         slowdown_for("compute", "x")
+
+
+def test_a_baseline_too_noisy_to_see_a_20_percent_change_says_so() -> None:
+    """A baseline measured on a busy machine (a case whose runs differ by about 12%) cannot
+    call a 20% regression of that case: the check says so, naming the case and what it would
+    take; a quiet baseline gets no such note."""
+    from gpuprof.gate.check import blind_spots
+
+    cases = {**CASES, "noisy": (10.0, 0.12, "lower")}
+    noisy = compare(synthetic(cases, runs=8, seed=8), synthetic(cases, runs=1, seed=9))
+    assert noisy.set_index("case").loc["noisy", "threshold_pct"] > 20
+    notes = blind_spots(noisy)
+    assert len(notes) == 1 and notes[0].startswith("blind spots: 1 of 3 case-metrics")
+    assert "noisy [time_us] needs" in notes[0] and "quiet runner" in notes[0]
+    quiet = {k: v for k, v in CASES.items() if k != "noisy"}
+    assert blind_spots(compare(synthetic(quiet, runs=8, seed=8), synthetic(quiet, 1, 9))) == []
+    # a minimum effect of its own above the threshold is what the user asked for
+    loose = compare(synthetic(cases, runs=8, seed=8), synthetic(cases, 1, 9), min_effect=0.9)
+    assert blind_spots(loose) == []

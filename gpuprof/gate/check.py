@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from gpuprof import registry
@@ -85,6 +86,7 @@ def run_check(
             f"has {probes}): cases are judged on their raw ratios"
         )
     table = compare(base_m, cand_m, min_effect=min_effect, alpha=alpha, effects=effects)
+    notes += blind_spots(table)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0
     if factor is not None and fail_on_machine_shift and factor.verdict != "same":
         code = 1
@@ -101,6 +103,34 @@ def run_check(
         summary=verdict_counts(table),
         machine=factor,
     )
+
+
+BLIND = 0.20  # a case that cannot be called below a change this large is a blind spot
+
+
+def blind_spots(table: pd.DataFrame) -> list[str]:
+    """A note when the baseline's own spread keeps some cases from being called below a
+    BLIND change (their thresholds, beyond their minimum effects): a baseline measured on a
+    busy machine, or from too few runs, hides regressions of that size without saying so."""
+    if table.empty or "threshold_pct" not in table:
+        return []
+    shown = table["threshold_pct"].to_numpy(float) / 100
+    drop = table["change_pct"].to_numpy(float) < 0
+    threshold = pd.Series(
+        100 * np.where(drop, shown / np.maximum(1 - shown, 1e-9), shown), index=table.index
+    )  # undirected: a drop's threshold is shown as 1 - 1 / (1 + T)
+    blind = table[(threshold > 100 * BLIND) & (threshold > table["min_effect_pct"] + 1e-9)]
+    if blind.empty:
+        return []
+    position = int(np.argmax(threshold[blind.index].to_numpy(float)))
+    row, needs = blind.iloc[position], float(threshold[blind.index].iloc[position])
+    return [
+        f"blind spots: {len(blind)} of {int(threshold.notna().sum())} case-metrics cannot be "
+        f"called below a {100 * BLIND:.0f}% change against this baseline, whose runs differ "
+        f"too much on them ({row['case']} [{row['metric']}] needs {needs:.0f}%, "
+        f"its runs spread {row['spread_pct']:.1f}%): make the baseline on a quiet runner or "
+        "from more runs (--repeats), or check A/B in one window (--reference-python)"
+    ]
 
 
 def parse_effects(items: tuple[str, ...]) -> dict[str, float]:
