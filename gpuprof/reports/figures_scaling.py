@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 
 def predicted_figure(
@@ -71,10 +72,7 @@ def predicted_figure(
     return fig
 
 
-PALETTE = (
-    "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
-    "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b", "#17becf", "#7f7f7f",
-)  # fmt: skip
+PALETTE = qualitative.T10  # one colour per system: the presets with published rows fit
 
 
 def published_figure(curves: pd.DataFrame, points: pd.DataFrame, shown: set[str]) -> go.Figure:

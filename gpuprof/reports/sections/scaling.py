@@ -118,7 +118,7 @@ def published_comparison(analyzed: Analyzed) -> tuple[str, go.Figure] | None:
         return None
     curves: list[dict[str, Any]] = []
     points: list[dict[str, Any]] = []
-    names: list[str] = []
+    names: dict[str, str] = {}  # preset -> its curve's name
     for preset in dict.fromkeys(c.row["preset"] for c in large):
         mine = [c for c in large if c.row["preset"] == preset]
         system, size = PRESETS[preset], max(int(c.row["size_bytes"]) for c in mine)
@@ -127,8 +127,7 @@ def published_comparison(analyzed: Analyzed) -> tuple[str, go.Figure] | None:
             {system.domain * 2**k for k in range(12) if system.domain * 2**k <= max(most, 16 * 8)}
             | {int(c.row["ranks"]) for c in mine}
         )
-        name = f"{preset} ({format_size(size)})"
-        names.append(name)
+        name = names[preset] = f"{preset} ({format_size(size)})"
         curves += [
             {
                 "system": name,
@@ -152,10 +151,8 @@ def published_comparison(analyzed: Analyzed) -> tuple[str, go.Figure] | None:
             }
             for c in mine
         ]
-    mine_here = {f"{p} (" for p, s in PRESETS.items() if same_hardware(analyzed, s)}
-    shown = {n for n in names if any(n.startswith(m) for m in mine_here)} or {
-        n for n in names if n.split(" ")[0] in SHOWN
-    }
+    here = {n for p, n in names.items() if same_hardware(analyzed, PRESETS[p])}
+    shown = here or {n for p, n in names.items() if p in SHOWN}
     fig = published_figure(pd.DataFrame(curves), pd.DataFrame(points), shown)
 
     def counted(part: list[Any]) -> str:
