@@ -78,6 +78,9 @@ class Metric:
     column: str
     better: str  # "lower" or "higher"
     keys: tuple[str, ...]
+    # what the summary's `canary` column measures, where the probe records one for its cases
+    # (a workload outside the code under test, on the case's resource: `probes._canary`)
+    canary: str | None = None
 
     def __post_init__(self) -> None:
         if self.better not in ("lower", "higher"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -108,6 +109,14 @@ def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> No
         (1, "host_copy", 0),
     ]
     assert all(r["bandwidth_gbps"] > 0 and r["bytes_moved"] == 8 << 20 for r in mem)
+    # each host copy carries its canary (numpy copies around it), kept by a baseline
+    base = tmp_path / "base.json"
+    made = gp("baseline", "latest", "--out", str(tmp_path), "-o", str(base))
+    assert made.code == 0, made.err
+    cases = json.loads(base.read_text())["cases"]
+    canaries = {c["probe"]: c.get("canaries") for c in cases}
+    assert canaries["compute"] is None
+    assert [c["canaries"][0] > 0 for c in cases if c["probe"] == "memory"] == [True, True]
     comp = gp(
         "show", "latest", "--out", str(tmp_path), "--table", "compute", "--format", "json"
     ).json()

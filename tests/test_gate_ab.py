@@ -163,6 +163,63 @@ def test_a_uniform_slowdown_is_a_machine_shift_not_regressions() -> None:
     assert not (table["verdict"] == "regression").any()
 
 
+def _with_memory(
+    measured: Measured, memory: list[float], canary: list[float] | None, ranks: int = 2
+) -> Measured:
+    """`measured` plus the host copy cases of `ranks` ranks (GB/s per run) and their canaries
+    (None: no canary recorded)."""
+    rows = [
+        {"probe": "memory", "metric": "bandwidth_gbps", "better": "higher",
+         "key": json.dumps({"rank": r}), "case": f"memory rank={r}", "run": run,
+         "value": value * (1 + 0.01 * r), "throttled": False, "nwrong": 0.0,
+         "canary": math.nan if canary is None else canary[run] * (1 + 0.01 * r)}
+        for r in range(ranks)
+        for run, value in enumerate(memory)
+    ]  # fmt: skip
+    values = pd.concat([measured.values, pd.DataFrame(rows, columns=VALUE_COLUMNS)])
+    return Measured(values=values.reset_index(drop=True), samples=measured.samples)
+
+
+def test_a_case_with_a_canary_is_judged_against_it_not_the_machine() -> None:
+    """The drift this VM showed: within an hour the host's memory bandwidth fell by a quarter
+    while the other cases slowed 10%. The host copies, judged against their canary (a numpy
+    copy before each), are unchanged; the canary's shift is its own line; a host copy 1.2x
+    slower than its canary is named, alone. Without canaries the drift is "regressions"."""
+    rng = np.random.default_rng(21)
+    cases = [(probe, c) for probe in ("a", "b", "c") for c in range(3)]
+    k = 8
+    drift = rng.uniform(-0.04, 0.04, k)  # the baseline's own runs: the host memory moves
+    host = 20 * np.exp(drift)
+    others = _measured({c: list(100 * np.exp(rng.normal(0, 0.02, k))) for c in cases})
+    base = _with_memory(
+        others,
+        list(host * np.exp(rng.normal(0, 0.02, k))),
+        list(host * np.exp(rng.normal(0, 0.02, k))),
+    )
+    slower = _measured({c: [110 * math.exp(rng.normal(0, 0.02))] for c in cases})
+    drifted = _with_memory(slower, [15.0 * math.exp(rng.normal(0, 0.02))], [15.0])
+    factor, base_adj, cand_adj = machine_factor(base, drifted, min_effect=DELTA, alpha=ALPHA)
+    assert factor.verdict == "slower" and 6 < factor.pct < 14  # from the other cases
+    (shift,) = factor.canaries
+    assert shift.verdict == "slower" and 25 < shift.pct < 40 and shift.cases == 2
+    assert "host memory bandwidth" in shift.line() and "judged against it" in shift.line()
+    assert factor.shifted
+    table = compare(base_adj, cand_adj, min_effect=DELTA, alpha=ALPHA)
+    assert not table["verdict"].isin(["regression", "improvement"]).any()
+
+    regressed = _with_memory(slower, [15.0 / 1.2], [15.0])
+    factor, base_adj, cand_adj = machine_factor(base, regressed, min_effect=DELTA, alpha=ALPHA)
+    table = compare(base_adj, cand_adj, min_effect=DELTA, alpha=ALPHA)
+    named = sorted(table.loc[table["verdict"] == "regression", "case"])
+    assert named == ["memory rank=0", "memory rank=1"]
+
+    blind = _with_memory(slower, [15.0 * math.exp(rng.normal(0, 0.02))], None)
+    factor, base_adj, cand_adj = machine_factor(base, blind, min_effect=DELTA, alpha=ALPHA)
+    assert factor.canaries == ()  # a side without canaries: the machine-wide factor
+    table = compare(base_adj, cand_adj, min_effect=DELTA, alpha=ALPHA)
+    assert sorted(table.loc[table["verdict"] == "regression", "case"]) == named
+
+
 def _mkl_slows_matmul() -> bool:
     """Whether capping MKL at SSE4.2 slows a matmul here more than twice (an AVX2+ CPU)."""
     code = (

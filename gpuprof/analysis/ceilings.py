@@ -45,6 +45,8 @@ def summarize_memory(
     keys = [*_KEYS, "kind", "size_bytes", "bytes_moved"]
     summary = _per_case(frame, keys)
     summary["nwrong"] = frame.groupby(keys, sort=True)["nwrong"].first().to_numpy()
+    if "canary" in frame.columns:  # the host memory's own speed, measured before the case
+        summary["canary"] = frame.groupby(keys, sort=True)["canary"].first().to_numpy(float)
     summary["bandwidth_gbps"] = summary["bytes_moved"] / summary["time_us"] / 1e3
     names = gpu_names or {}
     summary["pct_of_peak"] = [

@@ -21,7 +21,18 @@ from gpuprof.analysis.summary import Analyzed
 from gpuprof.units import format_size
 
 SAMPLE_SLOTS = 20  # iterations per run and case whose values are kept as samples
-VALUE_COLUMNS = ["probe", "metric", "better", "key", "case", "run", "value", "throttled", "nwrong"]
+VALUE_COLUMNS = [
+    "probe",
+    "metric",
+    "better",
+    "key",
+    "case",
+    "run",
+    "value",
+    "throttled",
+    "nwrong",
+    "canary",  # the case's canary (`Metric.canary`), NaN where it has none
+]
 SAMPLE_COLUMNS = ["probe", "metric", "key", "value"]
 
 
@@ -130,7 +141,13 @@ def _summary_values(summary: pd.DataFrame, spec: registry.ProbeSpec) -> pd.DataF
         if metric.column not in summary.columns:
             continue
         keys = _keys_present(summary, metric.keys)
-        for rec in summary[[*keys, metric.column]].to_dict("records"):
+        canaries = (
+            summary["canary"].to_numpy(float)
+            if metric.canary and "canary" in summary.columns
+            else np.full(len(summary), np.nan)
+        )
+        records = summary[[*keys, metric.column]].to_dict("records")
+        for rec, canary in zip(records, canaries, strict=True):
             value = _plain(rec.pop(metric.column))
             if value is None:
                 continue
@@ -142,6 +159,7 @@ def _summary_values(summary: pd.DataFrame, spec: registry.ProbeSpec) -> pd.DataF
                     "key": case_key(rec),
                     "case": case_label(spec.name, rec),
                     "value": float(value),
+                    "canary": float(canary) if canary > 0 else np.nan,
                 }
             )
     return pd.DataFrame(rows)

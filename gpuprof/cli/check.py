@@ -194,6 +194,18 @@ def _stored(
             "threshold_pct": 100 * math.expm1(m.threshold),
             "verdict": m.verdict,
             "case_metrics": m.cases,
+            "canaries": [
+                {
+                    "canary": c.what,
+                    "probe": c.probe,
+                    "metric": c.metric,
+                    "factor_pct": c.pct,
+                    "threshold_pct": 100 * math.expm1(c.threshold),
+                    "verdict": c.verdict,
+                    "cases": c.cases,
+                }
+                for c in m.canaries
+            ],
         }
     meta = {
         "mode": "baseline",

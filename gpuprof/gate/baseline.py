@@ -47,19 +47,21 @@ def baseline_json(side: Side) -> dict[str, Any]:
         if len(kept_values) > SAMPLE_CAP:  # quantiles: keeps the shape, drops the count
             index = np.rint(np.linspace(0, len(kept_values) - 1, SAMPLE_CAP)).astype(int)
             kept_values = kept_values[index]
-        cases.append(
-            {
-                "probe": probe,
-                "metric": metric,
-                "better": rows["better"].iloc[0],
-                "key": json.loads(str(key)),
-                "case": rows["case"].iloc[0],
-                "medians": [_round(v) for v in rows["value"]],
-                "throttled": [bool(v) for v in rows["throttled"]],
-                "nwrong": [None if math.isnan(v) else int(v) for v in rows["nwrong"]],
-                "samples": [_round(v) for v in kept_values],
-            }
-        )
+        case = {
+            "probe": probe,
+            "metric": metric,
+            "better": rows["better"].iloc[0],
+            "key": json.loads(str(key)),
+            "case": rows["case"].iloc[0],
+            "medians": [_round(v) for v in rows["value"]],
+            "throttled": [bool(v) for v in rows["throttled"]],
+            "nwrong": [None if math.isnan(v) else int(v) for v in rows["nwrong"]],
+            "samples": [_round(v) for v in kept_values],
+        }
+        canaries = rows["canary"].to_numpy(float) if "canary" in rows else np.array([])
+        if np.isfinite(canaries).any():  # per run, as the medians (a file without: none)
+            case["canaries"] = [_round(v) if math.isfinite(v) else None for v in canaries]
+        cases.append(case)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -111,6 +113,7 @@ def read_baseline(path: Path) -> Side:
         for case in data["cases"]:
             key = json.dumps(case["key"], sort_keys=True)
             ident = {"probe": case["probe"], "metric": case["metric"], "key": key}
+            canaries = case.get("canaries") or [None] * len(case["medians"])
             for run, median in enumerate(case["medians"]):
                 values.append(
                     {
@@ -123,6 +126,7 @@ def read_baseline(path: Path) -> Side:
                         "nwrong": np.nan
                         if case["nwrong"][run] is None
                         else float(case["nwrong"][run]),
+                        "canary": np.nan if canaries[run] is None else float(canaries[run]),
                     }
                 )
             samples += [{**ident, "value": float(v)} for v in case["samples"]]

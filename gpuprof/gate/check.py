@@ -80,6 +80,7 @@ def run_check(
     if machine and probes >= MIN_PROBES:
         factor, base_m, cand_m = machine_factor(base_m, cand_m, min_effect=min_effect, alpha=alpha)
         notes.append(factor.line())
+        notes += [shift.line() for shift in factor.canaries]
     elif machine:
         notes.append(
             f"machine: not estimated (it takes cases of {MIN_PROBES} probes or more, this check "
@@ -88,7 +89,7 @@ def run_check(
     table = compare(base_m, cand_m, min_effect=min_effect, alpha=alpha, effects=effects)
     notes += blind_spots(table)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0
-    if factor is not None and fail_on_machine_shift and factor.verdict != "same":
+    if factor is not None and fail_on_machine_shift and factor.shifted:
         code = 1
     if not candidate.complete:
         bad = next(r for r in candidate.runs if r.get("status") != "complete")

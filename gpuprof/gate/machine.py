@@ -12,17 +12,25 @@ drift looks like, and the candidate's factor is judged against it. Every case is
 compared on its ratio with the factor removed, on both sides: the baseline runs each have
 their own factor removed before their spread is taken, so case thresholds measure the case's
 own noise, not the machine's.
+
+A case whose probe measures a canary (`Metric.canary`: a workload outside the code under test,
+on the case's resource, run right before the case) is judged against its canary instead: a
+shared host's memory bandwidth can fall by a quarter within an hour while its cores keep their
+speed, which one factor for every case cannot follow. Such a case's factor, in every run on
+both sides, is its canary's log ratio to the baseline's median canary; the canary's own shift
+is reported as a line of its own, and the machine-wide factor comes from the other cases.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from gpuprof import registry
 from gpuprof.analysis.measured import Measured
 
 KEYS = ["probe", "metric", "key"]
@@ -44,6 +52,7 @@ class MachineFactor:
     threshold: float
     verdict: str
     cases: int
+    canaries: tuple[CanaryShift, ...] = ()
 
     @property
     def pct(self) -> float:
@@ -64,6 +73,41 @@ class MachineFactor:
             f"machine: this runner is {abs(self.pct):.1f}% {how} than its baseline, every case "
             f"alike (from {self.cases} case-metrics; threshold {threshold:.1f}%{spread}): "
             f"{shift}; cases are judged with it removed"
+        )
+
+    @property
+    def shifted(self) -> bool:
+        """Whether the machine-wide factor or a canary is a machine shift."""
+        return self.verdict != "same" or any(c.verdict != "same" for c in self.canaries)
+
+
+@dataclass(frozen=True)
+class CanaryShift:
+    """A canary's shift against the baseline (log scale, positive: slower) over the cases of
+    one probe and metric that carry it, its threshold from the baseline runs' own spread of
+    it, and the verdict ("slower", "faster" or "same")."""
+
+    what: str  # the Metric.canary description
+    probe: str
+    metric: str
+    factor: float
+    threshold: float
+    verdict: str
+    cases: int
+
+    @property
+    def pct(self) -> float:
+        return 100 * math.expm1(self.factor)
+
+    def line(self) -> str:
+        """'machine: host memory bandwidth (...) is 24.1% slower than in its baseline ...'."""
+        how = "slower" if self.factor > 0 else "faster"
+        shift = "a machine shift" if self.verdict != "same" else "within its drift"
+        return (
+            f"machine: {self.what} is {abs(self.pct):.1f}% {how} than in its baseline "
+            f"(threshold {100 * math.expm1(self.threshold):.1f}%): {shift}; the "
+            f"{self.probe} probe's {self.cases} case(s) [{self.metric}] are judged against "
+            "it, not the machine-wide factor"
         )
 
 
@@ -112,23 +156,94 @@ def baseline_factors(base: Measured) -> pd.Series:
     return pd.Series({run: run_factor(part) for run, part in worse.groupby("run")}, dtype=float)
 
 
-def adjust(measured: Measured, factors: pd.Series | float) -> Measured:
+def adjust(
+    measured: Measured, factors: pd.Series | float, own: np.ndarray | None = None
+) -> Measured:
     """The values (and samples) with their run's factor removed: a factor f scales every
-    lower-is-better value by exp(-f) and every higher-is-better one by exp(f)."""
+    lower-is-better value by exp(-f) and every higher-is-better one by exp(f). `own`, per
+    value row, is the factor of a case judged against its canary (NaN for the others); a
+    case's samples take the median of its rows' own factors."""
     values = measured.values
     f = (
         values["run"].map(factors).fillna(0.0).to_numpy(float)
         if isinstance(factors, pd.Series)
         else np.full(len(values), float(factors))
     )
+    if own is not None:
+        f = np.where(np.isfinite(own), own, f)
     scaled = values.assign(value=values["value"] * np.exp(-_sign(values["better"]) * f))
     samples = measured.samples
     if not isinstance(factors, pd.Series) and len(samples):
+        per_case = values[KEYS].assign(f=f).groupby(KEYS)["f"].median()
         better = values.drop_duplicates(KEYS)[[*KEYS, "better"]]
-        joined = samples.merge(better, on=KEYS, how="left")
+        joined = samples.merge(better, on=KEYS, how="left").join(per_case, on=KEYS)
         sign = _sign(joined["better"].fillna("lower"))
-        samples = samples.assign(value=samples["value"].to_numpy(float) * np.exp(-sign * factors))
+        g = joined["f"].fillna(float(factors)).to_numpy(float)
+        samples = samples.assign(value=samples["value"].to_numpy(float) * np.exp(-sign * g))
     return Measured(values=scaled, samples=samples)
+
+
+def canary_logs(base: Measured, cand: Measured) -> tuple[np.ndarray, np.ndarray]:
+    """Per value row of each side, the worse-is-positive log of its canary against the
+    baseline's median canary of its case-metric; NaN for the rows of cases that are not
+    judged against a canary (none recorded, or not in every run of both sides)."""
+
+    def has(values: pd.DataFrame) -> pd.Series:
+        if "canary" not in values:
+            return pd.Series(dtype=bool)
+        ok = np.isfinite(values["canary"].to_numpy(float)) & (values["canary"] > 0)
+        return values.assign(ok=ok.to_numpy()).groupby(KEYS)["ok"].all()
+
+    covered = has(base.values) & has(cand.values)
+    covered = covered[covered.fillna(False).astype(bool)]
+    if covered.empty:
+        return np.full(len(base.values), np.nan), np.full(len(cand.values), np.nan)
+    reference = base.values.groupby(KEYS)["canary"].median()[covered.index]
+
+    def logs(values: pd.DataFrame) -> np.ndarray:
+        ref = values.join(reference.rename("_ref"), on=KEYS)["_ref"].to_numpy(float)
+        return np.asarray(-np.log(values["canary"].to_numpy(float) / ref), dtype=float)
+
+    return logs(base.values), logs(cand.values)
+
+
+def canary_shifts(
+    base: Measured,
+    cand: Measured,
+    base_own: np.ndarray,
+    cand_own: np.ndarray,
+    *,
+    min_effect: float,
+    alpha: float,
+) -> tuple[CanaryShift, ...]:
+    """Each canary's shift, per probe and metric: the median over its cases of the
+    candidate's factors, judged against the spread of the baseline runs' own (each run the
+    median over the cases)."""
+    shifts = []
+    whats = {(s.name, m.column): m.canary for s in registry.specs().values() for m in s.metrics}
+    b = base.values.assign(f=base_own).dropna(subset=["f"])
+    c = cand.values.assign(f=cand_own).dropna(subset=["f"])
+    for (p, m), rows in c.groupby(["probe", "metric"]):
+        probe, metric = str(p), str(m)
+        per_run = b[(b["probe"] == probe) & (b["metric"] == metric)].groupby("run")["f"].median()
+        factor = float(rows.groupby(KEYS)["f"].median().median())
+        k = len(per_run)
+        spread = float(np.std(per_run, ddof=1)) if k > 2 else 0.0
+        drift = stats.t.ppf(1 - alpha / 2, k - 1) * spread * math.sqrt(1 + 1 / k) if k > 2 else 0.0
+        threshold = max(math.log1p(min_effect), drift)
+        verdict = "same" if abs(factor) <= threshold else ("slower" if factor > 0 else "faster")
+        shifts.append(
+            CanaryShift(
+                what=whats.get((probe, metric)) or f"the canary of {probe} [{metric}]",
+                probe=probe,
+                metric=metric,
+                factor=factor,
+                threshold=threshold,
+                verdict=verdict,
+                cases=int(rows[KEYS].drop_duplicates().shape[0]),
+            )
+        )
+    return tuple(shifts)
 
 
 def probes_compared(base: Measured, cand: Measured) -> int:
@@ -141,7 +256,29 @@ def machine_factor(
     base: Measured, cand: Measured, *, min_effect: float, alpha: float
 ) -> tuple[MachineFactor, Measured, Measured]:
     """The candidate's machine factor and both sides with their factors removed (callers
-    estimate it only from MIN_PROBES probes up: `probes_compared`)."""
+    estimate it only from MIN_PROBES probes up: `probes_compared`); the cases judged against
+    a canary have their canary's factors removed instead, and the machine-wide factor comes
+    from the others (from all, were fewer than MIN_PROBES probes left)."""
+    base_own, cand_own = canary_logs(base, cand)
+    shifts = canary_shifts(base, cand, base_own, cand_own, min_effect=min_effect, alpha=alpha)
+    rest_base, rest_cand = _without(base, base_own), _without(cand, cand_own)
+    if probes_compared(rest_base, rest_cand) < MIN_PROBES:
+        rest_base, rest_cand = base, cand
+    found, per_run = _machine_wide(rest_base, rest_cand, min_effect=min_effect, alpha=alpha)
+    found = replace(found, canaries=shifts)
+    return found, adjust(base, per_run, base_own), adjust(cand, found.factor, cand_own)
+
+
+def _without(measured: Measured, own: np.ndarray) -> Measured:
+    """The measured set less the rows of cases judged against a canary."""
+    keep = ~np.isfinite(own)
+    return Measured(values=measured.values[keep], samples=measured.samples)
+
+
+def _machine_wide(
+    base: Measured, cand: Measured, *, min_effect: float, alpha: float
+) -> tuple[MachineFactor, pd.Series]:
+    """The machine-wide factor of these cases, and each baseline run's own."""
     per_run = baseline_factors(base)
     base_adj = adjust(base, per_run)
     b = base_adj.values[base_adj.values["value"] > 0].groupby(KEYS)
@@ -173,4 +310,4 @@ def machine_factor(
         verdict=verdict,
         cases=len(worse),
     )
-    return found, base_adj, adjust(cand, factor)
+    return found, per_run

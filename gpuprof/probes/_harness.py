@@ -244,6 +244,10 @@ class Case:
     # collect garbage before the case (about 100 ms with torch loaded): for cases that build
     # models, whose wrappers leave reference cycles the previous case must not keep alive
     collect_first: bool = False
+    # a canary (`gpuprof.probes._canary`) measured right before and right after the case, the
+    # geometric mean of the two recorded as its `canary` result: the resource's own speed
+    # while the case ran (a drift during the case weighs on both sides alike), for the gate
+    canary: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,8 +319,12 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             raise_if_asked(ctx.rank, probe, case.case_id)
             raise_oom_if_asked(probe, case.case_id)
             prepared = case.build()
+            before = case.canary() if case.canary is not None else None
             with stretched(slowdown_for(probe, case.case_id)):
                 times, nwrong, series = measure(ctx, scope, prepared, budget)
+            canary = None
+            if before is not None and case.canary is not None:
+                canary = math.sqrt(before * case.canary())
         except (Unsupported, torch.OutOfMemoryError) as exc:
             skip = exc if isinstance(exc, Unsupported) else OutOfMemory(ctx.device, exc)
             ctx.writer.write(skip_record(probe, case.case_id, where, str(skip), **skip.details))
@@ -332,7 +340,7 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             where=where,
             params=case.params,
             times_us=times,
-            results={"nwrong": nwrong},
+            results={"nwrong": nwrong, **({} if canary is None else {"canary": canary})},
             series=series,
             warmup_iters=budget.warmup_iters,
             start_unix_ns=start_ns,
