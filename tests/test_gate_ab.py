@@ -221,45 +221,53 @@ def test_a_case_with_a_canary_is_judged_against_it_not_the_machine() -> None:
 
 
 def _mkl_slows_matmul() -> bool:
-    """Whether capping MKL at SSE4.2 slows a matmul here more than twice (an AVX2+ CPU)."""
+    """Whether MKL's most compatible code path (SSE2) slows a matmul here more than 1.5x."""
     code = (
         "import time, torch; torch.set_num_threads(1); a = torch.randn(512, 512); a @ a; "
         "t = time.perf_counter(); [a @ a for _ in range(20)]; print(time.perf_counter() - t)"
     )
     times = []
-    for env in ({}, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}):
+    for env in ({}, {"MKL_CBWR": "COMPATIBLE"}):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env={**__import__("os").environ, **env}, check=True)  # fmt: skip
         times.append(float(done.stdout))
-    return times[1] > 2 * times[0]
+    return times[1] > 1.5 * times[0]
 
 
 @pytest.mark.slow
 def test_ab_end_to_end_names_the_case_a_candidate_environment_slows(tmp_path: Path, gp: Gp) -> None:
     """Two real A/B checks on gloo with the memory and compute probes: the same interpreter
-    and environment on both sides passes; a candidate that caps MKL at SSE4.2 (a real
-    environment setting that makes every matmul do its work with narrower instructions) is
+    and environment on both sides passes; a candidate with MKL_CBWR=COMPATIBLE (a real
+    environment setting: MKL's conditional numerical reproducibility takes its SSE2 code path,
+    on Intel and AMD CPUs alike, so every matmul does its work with narrower instructions) is
     named on the compute cases, and only those. The minimum effect is 15%: a busy CI
-    machine's launches drift a few percent, the capped matmuls run at under half speed."""
+    machine's launches drift a few percent, the SSE2 matmuls run at about half speed."""
     if not _mkl_slows_matmul():
-        pytest.skip("MKL_ENABLE_INSTRUCTIONS=SSE4_2 does not slow matmuls on this CPU")
-    common = ["check", "--reference-python", sys.executable, "--device", "cpu", "--probes",
-              "compute,memory", "--min-pairs", "2", "--max-pairs", "2", "--seed", "1",
-              "--min-effect", "15", "--format", "json"]  # fmt: skip
-    same = gp(*common, "--out", tmp_path / "same")
+        pytest.skip("MKL_CBWR=COMPATIBLE does not slow matmuls on this CPU")
+    common = ["check", "--reference-python", sys.executable, "--device", "cpu",
+              "--probes", "compute,memory", "--seed", "1", "--min-effect", "15",
+              "--format", "json"]  # fmt: skip
+    # two pairs leave Student's t one degree of freedom (t = 12.7): an interval that wide
+    # names nothing unchanged; the slowed side gets three (t = 4.3), as two pairs that
+    # disagree by a third on a busy machine leave even a 2x slowdown undecided
+    same = gp(*common, "--min-pairs", "2", "--max-pairs", "2", "--out", tmp_path / "same")
     assert same.code == 0, same.err
     data = json.loads(same.out)
     assert data["mode"] == "ab" and data["pairs"] == 2
     assert not any(c["verdict"] == "regression" for c in data["cases"])
     assert data["versions"]["reference"] == data["versions"]["candidate"]
-    slow = gp(*common, "--env", "MKL_ENABLE_INSTRUCTIONS=SSE4_2", "--out", tmp_path / "slow")
-    assert slow.code == 1, slow.err
+    pairs = ["--min-pairs", "3", "--max-pairs", "3"]
+    slow = gp(*common, *pairs, "--env", "MKL_CBWR=COMPATIBLE", "--out", tmp_path / "slow")
     data = json.loads(slow.out)
+    verdicts = [(c["case"], c["ratio"], c["ratio_hi"], c["verdict"]) for c in data["cases"]]
+    assert slow.code == 1, (slow.err, verdicts)
     regressed = {c["probe"] for c in data["cases"] if c["verdict"] == "regression"}
-    assert regressed == {"compute"}
-    assert "candidate sets MKL_ENABLE_INSTRUCTIONS=SSE4_2" in data["notes"]
+    assert regressed == {"compute"}, verdicts
+    assert "candidate sets MKL_CBWR=COMPATIBLE" in data["notes"]
     compute = [c for c in data["cases"] if c["probe"] == "compute"]
-    assert all(c["ratio"] < 0.6 and c["ratio_hi"] < 0.95 and c["pairs"] == 2 for c in compute)
+    summary = [(c["ratio"], c["ratio_hi"], c["pairs"], c["verdict"]) for c in compute]
+    # a regression: the whole interval below 1/1.15 of the reference's throughput
+    assert all(c["ratio_hi"] < 1 / 1.15 and c["pairs"] == 3 for c in compute), summary
 
 
 def test_a_check_of_one_or_two_probes_keeps_its_raw_ratios() -> None:
