@@ -9,11 +9,17 @@ Stored baseline (`gpuprof check --baseline`, the machine-wide factor removed):
 2. `stored-same`: checks of unchanged code (false alarms: exit 1);
 3. `stored-probe`: every check with the test-only fault hook GPUPROF_FAULT_SLOW=1.2:memory/*
    (the memory probe's timed regions 1.20x as long): detection, and the cases named;
-4. `stored-uniform`: GPUPROF_FAULT_SLOW=1.2 (every case 1.20x): how often a machine shift is
-   reported, and how often cases are named anyway.
+4. `stored-uniform`: GPUPROF_FAULT_SLOW=1.2 (every case and canary 1.20x): how often a
+   machine shift is reported, and how often cases are named anyway;
+5. `stored-memdrift`: GPUPROF_FAULT_SLOW=1.25:*memory/* (the host copies and their canaries
+   1.25x: the host's memory got slower, the rest did not): how often the canary's shift is
+   reported, and how often a case is named anyway (false alarms).
+The hook stretches the host copies' canaries (numpy copies around each) only where its pattern
+matches `canary/<probe>/<case_id>`: `memory/*` slows the copies alone, as a slower copy kernel
+would.
 A/B in the same window (`gpuprof check --reference-python`, this interpreter on both sides):
-5. `ab-same`: nothing differs (false alarms);
-6. `ab-real`: the candidate runs with ATEN_CPU_CAPABILITY=default, a real environment setting:
+6. `ab-same`: nothing differs (false alarms);
+7. `ab-real`: the candidate runs with ATEN_CPU_CAPABILITY=default, a real environment setting:
    ATen's vectorized CPU kernels fall back to their scalar versions (the host memory copy
    about 1.2x slower, the DDP step's elementwise work 1.1x-2.4x, the matmuls, done by MKL,
    unchanged). Every case's true ratio is taken from all the checks' pairs pooled; a check
@@ -40,7 +46,14 @@ from pathlib import Path
 from typing import Any
 
 GPUPROF = [sys.executable, "-m", "gpuprof"]
-SCENARIOS = ("stored-same", "stored-probe", "stored-uniform", "ab-same", "ab-real")
+SCENARIOS = (
+    "stored-same",
+    "stored-probe",
+    "stored-uniform",
+    "stored-memdrift",
+    "ab-same",
+    "ab-real",
+)
 SLOWED_PROBE = "memory"
 REAL_ENV = "ATEN_CPU_CAPABILITY=default"
 
@@ -75,6 +88,8 @@ def command(
             env["GPUPROF_FAULT_SLOW"] = f"1.2:{SLOWED_PROBE}/*"
         elif scenario == "stored-uniform":
             env["GPUPROF_FAULT_SLOW"] = "1.2"
+        elif scenario == "stored-memdrift":
+            env["GPUPROF_FAULT_SLOW"] = f"1.25:*{SLOWED_PROBE}/*"
     else:
         args = ["check", "--reference-python", sys.executable, "--device", device]
         if scenario == "ab-real":
@@ -125,6 +140,11 @@ def summary(scenario: str, checks: list[dict[str, Any]]) -> None:
     if scenario.startswith("stored"):
         shifts = Counter((c.get("machine") or {}).get("verdict") for c in checks)
         print(f"  machine factor verdicts: {dict(shifts)}")
+        canaries = [k for c in checks for k in (c.get("machine") or {}).get("canaries", [])]
+        if canaries:
+            verdicts = Counter(k["verdict"] for k in canaries)
+            pct = statistics.median(k["factor_pct"] for k in canaries)
+            print(f"  canary verdicts: {dict(verdicts)}; median shift {pct:+.1f}% (slower > 0)")
     if scenario == "stored-probe":
         hit = sum(any(n.startswith(SLOWED_PROBE) for n in named(c)) for c in checks)
         exact = sum(

@@ -8,6 +8,7 @@ import shutil
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -421,6 +422,51 @@ def test_check_on_real_runs(gate_runs: dict[str, Path], gp: Gp, tmp_path: Path) 
             "40", "-o", str(trend_page))  # fmt: skip
     assert tr.code == 0, tr.err
     assert "compute rank=0 float32 n=1024" in tr.out and trend_page.exists()
+
+
+@pytest.mark.gloo("memory")
+def test_host_copies_are_judged_against_their_canary(
+    tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real runs of the memory probe on 2 gloo ranks. The fault hook slowing the host copies
+    and their canaries alike (the host's memory got slower: "*memory/*") is the machine, told
+    as the canary's shift, and no case regresses; slowing the copies alone ("memory/*", as a
+    slower copy kernel would) names both. 3x, 21 iterations and a minimum effect of 50%: on
+    a busy 2-core machine a run of 5 iterations had 2 of them 4-8x slow (median -53%), against
+    a baseline whose 5 runs, measured in a quiet minute, differed by 1%."""
+    plan = ["--probes", "memory", "--copy-bytes", "8M", "--budget-ms", "100", "--min-iters", "21"]
+    common = ["--device", "cpu", "--gpus", "2", "--no-report", "--no-telemetry", *plan]
+
+    def sweep(folder: str, *extra: str, slow: str | None = None) -> list[Path]:
+        with monkeypatch.context() as patch:
+            if slow:
+                patch.setenv("GPUPROF_FAULT_SLOW", slow)
+            done = gp("sweep", *common, "--out", str(tmp_path / folder), *extra)
+        assert done.code == 0, done.err
+        return sorted(p for p in (tmp_path / folder).iterdir() if p.is_dir())
+
+    base_file = tmp_path / "base.json"
+    made = gp("baseline", *map(str, sweep("base", "--repeats", "5")), "-o", str(base_file))
+    assert made.code == 0, made.err
+
+    def check(run: Path) -> tuple[int, dict[str, Any]]:
+        args = ["--run", str(run), "--min-effect", "50", "--format", "json"]
+        done = gp("check", "--baseline", str(base_file), *args)
+        assert done.code in (0, 1), done.err
+        return done.code, json.loads(done.out)
+
+    code, drift = check(sweep("drift", slow="3:*memory/*")[-1])
+    assert code == 0, drift["notes"]
+    (shift,) = drift["machine"]["canaries"]
+    assert shift["verdict"] == "slower" and shift["factor_pct"] > 100 and shift["cases"] == 2
+    assert not drift["machine"]["estimated"]  # one probe: no machine-wide factor
+    assert not any(c["verdict"] == "regression" for c in drift["cases"])
+
+    code, slower = check(sweep("copy", slow="3:memory/*")[-1])
+    assert code == 1, slower["notes"]
+    named = sorted(c["case"] for c in slower["cases"] if c["verdict"] == "regression")
+    assert named == ["memory rank=0 host_copy 8 MiB", "memory rank=1 host_copy 8 MiB"]
+    assert slower["machine"]["canaries"][0]["verdict"] == "same"
 
 
 @pytest.mark.slow

@@ -194,6 +194,7 @@ def _stored(
             "threshold_pct": 100 * math.expm1(m.threshold),
             "verdict": m.verdict,
             "case_metrics": m.cases,
+            "estimated": m.estimated,
             "canaries": [
                 {
                     "canary": c.what,

@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpuprof import registry
 from gpuprof.errors import UsageError
-from gpuprof.gate.machine import MIN_PROBES, MachineFactor, machine_factor, probes_compared
+from gpuprof.gate.machine import MachineFactor, machine_factor
 from gpuprof.gate.sides import MUST_MATCH, Side, differences, version_notes
 from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, verdict_counts
 
@@ -76,16 +76,12 @@ def run_check(
             "from each other more than their iterations do; make baselines from --repeats 3+)"
         )
     base_m, cand_m, factor = baseline.measured, candidate.measured, None
-    probes = probes_compared(base_m, cand_m)
-    if machine and probes >= MIN_PROBES:
+    if machine:
         factor, base_m, cand_m = machine_factor(base_m, cand_m, min_effect=min_effect, alpha=alpha)
         notes.append(factor.line())
         notes += [shift.line() for shift in factor.canaries]
-    elif machine:
-        notes.append(
-            f"machine: not estimated (it takes cases of {MIN_PROBES} probes or more, this check "
-            f"has {probes}): cases are judged on their raw ratios"
-        )
+        if not factor.estimated and not factor.canaries:
+            factor = None
     table = compare(base_m, cand_m, min_effect=min_effect, alpha=alpha, effects=effects)
     notes += blind_spots(table)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0

@@ -53,6 +53,8 @@ class MachineFactor:
     verdict: str
     cases: int
     canaries: tuple[CanaryShift, ...] = ()
+    estimated: bool = True  # False: too few probes to tell the machine from one probe
+    probes: int = 0  # the probes compared, when not estimated
 
     @property
     def pct(self) -> float:
@@ -61,6 +63,12 @@ class MachineFactor:
 
     def line(self) -> str:
         """'this runner is 14.2% slower than its baseline, every case alike (...)'."""
+        if not self.estimated:
+            return (
+                f"machine: not estimated (it takes cases of {MIN_PROBES} probes or more, this "
+                f"check has {self.probes}): cases are judged on their raw ratios"
+                + (" or against their canaries" if self.canaries else "")
+            )
         how = "slower" if self.factor > 0 else "faster"
         spread = (
             f"; the baseline's runs differ by {100 * float(np.std(self.base_factors, ddof=1)):.1f}%"
@@ -255,15 +263,28 @@ def probes_compared(base: Measured, cand: Measured) -> int:
 def machine_factor(
     base: Measured, cand: Measured, *, min_effect: float, alpha: float
 ) -> tuple[MachineFactor, Measured, Measured]:
-    """The candidate's machine factor and both sides with their factors removed (callers
-    estimate it only from MIN_PROBES probes up: `probes_compared`); the cases judged against
-    a canary have their canary's factors removed instead, and the machine-wide factor comes
-    from the others (from all, were fewer than MIN_PROBES probes left)."""
+    """The candidate's machine factor and both sides with their factors removed. The cases
+    judged against a canary have their canary's factors removed instead; the machine-wide
+    factor comes from the others (from all, were fewer than MIN_PROBES probes left), and only
+    from cases of MIN_PROBES probes or more: with fewer it is not estimated (`estimated`
+    False) and those cases keep their raw ratios."""
     base_own, cand_own = canary_logs(base, cand)
     shifts = canary_shifts(base, cand, base_own, cand_own, min_effect=min_effect, alpha=alpha)
     rest_base, rest_cand = _without(base, base_own), _without(cand, cand_own)
     if probes_compared(rest_base, rest_cand) < MIN_PROBES:
         rest_base, rest_cand = base, cand
+    if probes_compared(rest_base, rest_cand) < MIN_PROBES:
+        found = MachineFactor(
+            factor=0.0,
+            base_factors=(),
+            threshold=0.0,
+            verdict="same",
+            cases=0,
+            canaries=shifts,
+            estimated=False,
+            probes=probes_compared(base, cand),
+        )
+        return found, adjust(base, 0.0, base_own), adjust(cand, 0.0, cand_own)
     found, per_run = _machine_wide(rest_base, rest_cand, min_effect=min_effect, alpha=alpha)
     found = replace(found, canaries=shifts)
     return found, adjust(base, per_run, base_own), adjust(cand, found.factor, cand_own)

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from gpuprof.machine.env import CASE_LINES_ENV, this_host
 from gpuprof.machine.groups import GroupSpec
+from gpuprof.probes._canary import bracketed, read_canary
 from gpuprof.probes._faults import raise_if_asked
 from gpuprof.probes._logs import Tee, tee_output
 from gpuprof.probes._memory import OutOfMemory, raise_oom_if_asked
@@ -319,12 +320,10 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             raise_if_asked(ctx.rank, probe, case.case_id)
             raise_oom_if_asked(probe, case.case_id)
             prepared = case.build()
-            before = case.canary() if case.canary is not None else None
+            before = read_canary(case.canary, probe, case.case_id)
             with stretched(slowdown_for(probe, case.case_id)):
                 times, nwrong, series = measure(ctx, scope, prepared, budget)
-            canary = None
-            if before is not None and case.canary is not None:
-                canary = math.sqrt(before * case.canary())
+            canary = bracketed(before, read_canary(case.canary, probe, case.case_id))
         except (Unsupported, torch.OutOfMemoryError) as exc:
             skip = exc if isinstance(exc, Unsupported) else OutOfMemory(ctx.device, exc)
             ctx.writer.write(skip_record(probe, case.case_id, where, str(skip), **skip.details))

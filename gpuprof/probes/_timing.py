@@ -2,14 +2,16 @@
 
 Test-only fault hook: `GPUPROF_FAULT_SLOW=FACTOR[:PATTERN]` injects a slowdown of exactly FACTOR
 into the CPU-timed regions of the cases whose `probe/case_id` matches PATTERN (fnmatch; default
-every case): `clock_ns()` dilates every interval between two of its reads by FACTOR, so each
-timed iteration (and each DDP phase) reads FACTOR times as long, and the iteration counts
-follow as they would for slower work. Nothing extra runs: spinning or sleeping to make the
-time pass would change what the other ranks compete for (memory bandwidth, the cores), so their
-work would speed up and the injected factor would not be the one measured. The regression
-gate's tests and its detection-rate measurement use it; the run records it in run.json's
-environment like every GPUPROF_ variable. A real slowdown is tested on the emulated cluster's
-shaped link.
+every case), and into the canaries (`gpuprof.probes._canary`) of those whose
+`canary/probe/case_id` matches it ("*" slows both, as a slower machine would; "memory/*" the
+host copies alone, as a slower copy kernel would; "*memory/*" both): `clock_ns()` dilates every
+interval between two of its reads by FACTOR, so each timed iteration (and each DDP phase) reads
+FACTOR times as long, and the iteration counts follow as they would for slower work. Nothing
+extra runs: spinning or sleeping to make the time pass would change what the other ranks compete
+for (memory bandwidth, the cores), so their work would speed up and the injected factor would
+not be the one measured. The regression gate's tests and its detection-rate measurement use it;
+the run records it in run.json's environment like every GPUPROF_ variable. A real slowdown is
+tested on the emulated cluster's shaped link.
 """
 
 from __future__ import annotations
