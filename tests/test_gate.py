@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -522,6 +523,34 @@ def test_fault_hook_dilates_the_timed_clock_by_its_factor(monkeypatch: pytest.Mo
     monkeypatch.setenv("GPUPROF_FAULT_SLOW", "0.5")
     with pytest.raises(ValueError, match="factor must be"):
         slowdown_for("compute", "x")
+
+
+def test_a_canary_runs_between_the_iterations_with_its_own_fault_factor() -> None:
+    """`time_interleaved` alternates the case and its canary: the case timed by the dilated
+    clock (the case's factor), the canary by the real one times its own factor. Busy-waits
+    of 2 and 1 ms; the shortest of each, as a busy machine can only lengthen them."""
+    from gpuprof.probes._canary import HostCopyCanary, MatmulCanary
+    from gpuprof.probes._timing import stretched, time_interleaved
+
+    order: list[str] = []
+
+    def wait(ms: float, name: str) -> Callable[[], None]:
+        def op() -> None:
+            order.append(name)
+            end = time.perf_counter() + ms / 1e3
+            while time.perf_counter() < end:
+                pass
+
+        return op
+
+    with stretched(1.5):
+        times, canary = time_interleaved(wait(2, "case"), wait(1, "canary"), 8, 3.0)
+    assert order == ["case", "canary"] * 8 and len(times) == len(canary) == 8
+    assert min(times) == pytest.approx(3000, rel=0.1)  # 2 ms x 1.5, in us
+    assert min(canary) == pytest.approx(3000, rel=0.1)  # 1 ms x 3
+    # each canary's value counts its work as the case does: 2 n^3 FLOP, read plus written
+    assert MatmulCanary(64).value([2.0, 1.0, 3.0]) == pytest.approx(2 * 64**3 / 2.0 / 1e6)
+    assert HostCopyCanary(1000).value([1.0, 4.0, 2.0]) == pytest.approx(2 * 1000 / 2.0 / 1e3)
 
 
 def test_a_baseline_too_noisy_to_see_a_20_percent_change_says_so() -> None:

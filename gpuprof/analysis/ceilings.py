@@ -18,14 +18,17 @@ _KEYS = ["rank", "host", "group"]
 
 
 def _per_case(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    times = frame.groupby(keys, sort=True)["time_us"]
-    return pd.DataFrame(
-        {
-            "time_us": times.median(),
-            "time_us_p99": times.quantile(0.99),
-            "num_iterations": times.size(),
-        }
-    ).reset_index()
+    """Median and p99 time per case, and the case's canary where it has one (one value per
+    case, on every row of it: the resource's own speed between its iterations)."""
+    groups = frame.groupby(keys, sort=True)
+    columns = {
+        "time_us": groups["time_us"].median(),
+        "time_us_p99": groups["time_us"].quantile(0.99),
+        "num_iterations": groups["time_us"].size(),
+    }
+    if "canary" in frame.columns:
+        columns["canary"] = groups["canary"].first().astype(float)
+    return pd.DataFrame(columns).reset_index()
 
 
 def _memory_peak(kind: str, gpu: str | None) -> float | None:
@@ -45,8 +48,6 @@ def summarize_memory(
     keys = [*_KEYS, "kind", "size_bytes", "bytes_moved"]
     summary = _per_case(frame, keys)
     summary["nwrong"] = frame.groupby(keys, sort=True)["nwrong"].first().to_numpy()
-    if "canary" in frame.columns:  # the host memory's own speed, measured before the case
-        summary["canary"] = frame.groupby(keys, sort=True)["canary"].first().to_numpy(float)
     summary["bandwidth_gbps"] = summary["bytes_moved"] / summary["time_us"] / 1e3
     names = gpu_names or {}
     summary["pct_of_peak"] = [

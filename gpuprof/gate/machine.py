@@ -14,7 +14,7 @@ their own factor removed before their spread is taken, so case thresholds measur
 own noise, not the machine's.
 
 A case whose probe measures a canary (`Metric.canary`: a workload outside the code under test,
-on the case's resource, run right before the case) is judged against its canary instead: a
+on the case's resource, run between its iterations) is judged against its canary instead: a
 shared host's memory bandwidth can fall by a quarter within an hour while its cores keep their
 speed, which one factor for every case cannot follow. Such a case's factor, in every run on
 both sides, is its canary's log ratio to the baseline's median canary; the canary's own shift

@@ -1,58 +1,66 @@
-"""Canaries: a small workload outside the code under test, measured by the rank right before
-and right after a case (`Case.canary`), on the same resource and in the same conditions, so
-that a check against a stored baseline can tell the machine's drift in that resource (a
-shared host's memory bandwidth falling by a quarter within an hour) from a change of the case
-itself.
+"""Canaries: a small workload outside the code under test, run by the rank between the
+iterations of a case (`Prepared.canary`), on the same resource and in the same moments, so that
+a check against a stored baseline can tell the machine's drift in that resource (a shared
+host's memory bandwidth falling by a quarter within an hour) from a change of the case itself.
 
 A canary uses none of torch's kernels: a torch upgrade that slows the host copy does not slow
-its canary, while a host whose memory got slower slows both. Its value is recorded as the
-case's `canary` result; `gpuprof.gate.machine` judges the case against it.
+its canary, while a host whose memory got slower slows both. Interleaved (case, canary, case,
+canary...), each canary time sits within milliseconds of a case time, so the two medians share
+the host's moment-to-moment noise as well as its drift: their ratio varies less than either
+(a canary measured before and after the case instead, on buffers of its own each time, varied
+as much as the case on a quiet host, and its ratio to the case more). Its value is recorded as
+the case's `canary` result; `gpuprof.gate.machine` judges the case against it.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
-from gpuprof.probes._timing import clock_ns, slowdown_for, stretched
 
-BUDGET_S = 0.25  # about what one case's iterations take in the ci suite
-MIN_REPEATS, MAX_REPEATS = 5, 200
+class Canary(Protocol):
+    """One canary operation (`run`, untimed by itself) and its value from the times (us)."""
 
+    def run(self) -> None: ...
 
-def host_memory_gbps(
-    size_bytes: int, budget_s: float = BUDGET_S, clock: Callable[[], int] = clock_ns
-) -> float:
-    """A numpy copy of `size_bytes` host bytes, counted as read plus written (as the host copy
-    case counts it): GB/s at the median of its repeats (at least MIN_REPEATS, then until
-    `budget_s` or MAX_REPEATS). Timed by the probes' clock, so the test-only fault hook
-    reaches it (`GPUPROF_FAULT_SLOW`, as `canary/<probe>/<case_id>`)."""
-    src = np.full(size_bytes, 7, dtype=np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # the first touch maps the pages
-    times: list[int] = []
-    spent, budget_ns = 0, budget_s * 1e9
-    while len(times) < MIN_REPEATS or (spent < budget_ns and len(times) < MAX_REPEATS):
-        start = clock()
-        np.copyto(dst, src)
-        times.append(clock() - start)
-        spent += times[-1]
-    return 2 * size_bytes / statistics.median(times)  # bytes per ns = GB/s
+    def value(self, times_us: list[float]) -> float: ...
 
 
-def read_canary(canary: Callable[[], float] | None, probe: str, case_id: str) -> float | None:
-    """One reading of a case's canary, if it has one (the fault hook reaches it as
-    `canary/<probe>/<case_id>`: "*" slows it with every case, as a slower machine would;
-    "memory/*" leaves it alone, as a slower copy kernel would)."""
-    if canary is None:
-        return None
-    with stretched(slowdown_for("canary", f"{probe}/{case_id}")):
-        return canary()
+class MatmulCanary:
+    """A numpy float32 matmul of n x n by n x n (NumPy's own BLAS, not torch's), counted as
+    2 n^3 FLOP like the compute case: TFLOP/s at the median of its times. It follows the
+    speed of the core the rank runs on (a busy hyperthread sibling, steal, a lower clock),
+    which a shared VM changes per core and by the hour."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.n = n
+        self.a = rng.standard_normal((n, n), dtype=np.float32)
+        self.b = rng.standard_normal((n, n), dtype=np.float32)
+        self.out = np.empty_like(self.a)
+
+    def run(self) -> None:
+        np.matmul(self.a, self.b, out=self.out)
+
+    def value(self, times_us: list[float]) -> float:
+        return 2 * self.n**3 / statistics.median(times_us) / 1e6  # FLOP per us / 1e6
 
 
-def bracketed(before: float | None, after: float | None) -> float | None:
-    """The canary of a case read before and after its iterations: their geometric mean."""
-    return None if before is None or after is None else math.sqrt(before * after)
+class HostCopyCanary:
+    """A numpy copy of `size_bytes` host bytes between buffers of its own (allocated and
+    touched once), counted as read plus written, as the host copy case counts it: GB/s at
+    the median of its times."""
+
+    def __init__(self, size_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.src = np.full(size_bytes, 7, dtype=np.uint8)
+        self.dst = np.empty_like(self.src)
+        np.copyto(self.dst, self.src)  # the first touch maps the pages
+
+    def run(self) -> None:
+        np.copyto(self.dst, self.src)
+
+    def value(self, times_us: list[float]) -> float:
+        return 2 * self.size_bytes / statistics.median(times_us) / 1e3  # bytes per us / 1e3

@@ -30,11 +30,11 @@ import torch.distributed as dist
 
 from gpuprof.machine.env import CASE_LINES_ENV, this_host
 from gpuprof.machine.groups import GroupSpec
-from gpuprof.probes._canary import bracketed, read_canary
+from gpuprof.probes._canary import Canary
 from gpuprof.probes._faults import raise_if_asked
 from gpuprof.probes._logs import Tee, tee_output
 from gpuprof.probes._memory import OutOfMemory, raise_oom_if_asked
-from gpuprof.probes._timing import slowdown_for, stretched, time_iterations
+from gpuprof.probes._timing import slowdown_for, stretched, time_interleaved, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
 from gpuprof.runs.records import (
@@ -223,6 +223,10 @@ class Prepared:
     check: Callable[[], int] | None = None
     timed: Callable[[int], tuple[list[float], Series]] | None = None
     more_records: Callable[[], list[dict[str, Any]]] | None = None  # written after the case
+    # a canary (`gpuprof.probes._canary`, CPU only, not with `timed`): run between the timed
+    # iterations, its value recorded as the case's `canary` result (the resource's own speed
+    # in the same moments as the case), for the gate
+    canary: Canary | None = None
 
 
 class Unsupported(Exception):  # noqa: N818 - a signal, not an error
@@ -245,10 +249,6 @@ class Case:
     # collect garbage before the case (about 100 ms with torch loaded): for cases that build
     # models, whose wrappers leave reference cycles the previous case must not keep alive
     collect_first: bool = False
-    # a canary (`gpuprof.probes._canary`) measured right before and right after the case, the
-    # geometric mean of the two recorded as its `canary` result: the resource's own speed
-    # while the case ran (a drift during the case weighs on both sides alike), for the gate
-    canary: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,9 +287,10 @@ def iterations_for(budget: Budget, seconds_per_iter: float) -> int:
 
 
 def measure(
-    ctx: Context, scope: Scope, prepared: Prepared, budget: Budget
-) -> tuple[list[float], int | None, Series]:
-    """Warm up, check correctness, agree on the iteration count, then time every iteration.
+    ctx: Context, scope: Scope, prepared: Prepared, budget: Budget, canary_factor: float = 1.0
+) -> tuple[list[float], int | None, Series, float | None]:
+    """Warm up, check correctness, agree on the iteration count, then time every iteration
+    (with the case's canary between them, if it has one: its value is the last item).
 
     `nwrong` is None when the case has no check: unchecked is missing, never "0 wrong".
     """
@@ -303,8 +304,15 @@ def measure(
     nwrong = prepared.check() if prepared.check else None
     steady = warm[1:] or warm  # the first call pays for connection setup
     per_iter_s = agreed_max(ctx, sorted(steady)[len(steady) // 2] / 1e6, scope.group)
-    times, series = timed(iterations_for(budget, per_iter_s))
-    return times, nwrong, series
+    iters = iterations_for(budget, per_iter_s)
+    canary = prepared.canary
+    if canary is None:
+        times, series = timed(iters)
+        return times, nwrong, series, None
+    if prepared.timed is not None or ctx.device.type != "cpu":
+        raise ValueError("a canary runs between plain CPU iterations only")
+    times, canary_times = time_interleaved(prepared.run, canary.run, iters, canary_factor)
+    return times, nwrong, {}, canary.value(canary_times)
 
 
 def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget) -> None:
@@ -320,10 +328,11 @@ def run_case(ctx: Context, probe: str, scope: Scope, case: Case, budget: Budget)
             raise_if_asked(ctx.rank, probe, case.case_id)
             raise_oom_if_asked(probe, case.case_id)
             prepared = case.build()
-            before = read_canary(case.canary, probe, case.case_id)
+            # the fault hook reaches a canary as `canary/<probe>/<case_id>`: "*" slows it with
+            # every case, as a slower machine would; "memory/*" leaves it alone
+            canary_factor = slowdown_for("canary", f"{probe}/{case.case_id}")
             with stretched(slowdown_for(probe, case.case_id)):
-                times, nwrong, series = measure(ctx, scope, prepared, budget)
-            canary = bracketed(before, read_canary(case.canary, probe, case.case_id))
+                times, nwrong, series, canary = measure(ctx, scope, prepared, budget, canary_factor)
         except (Unsupported, torch.OutOfMemoryError) as exc:
             skip = exc if isinstance(exc, Unsupported) else OutOfMemory(ctx.device, exc)
             ctx.writer.write(skip_record(probe, case.case_id, where, str(skip), **skip.details))

@@ -110,6 +110,23 @@ def _time_cuda(op: Callable[[], None], iters: int) -> list[float]:
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]  # ms -> us
 
 
+def time_interleaved(
+    op: Callable[[], None], between: Callable[[], None], iters: int, between_factor: float = 1.0
+) -> tuple[list[float], list[float]]:
+    """On CPU, `op` and `between` in turn, `iters` times each: both one's and the other's
+    per-iteration times in us. `between` is timed by the real clock times `between_factor`
+    (the fault hook's factor for it; `op` is timed by `clock_ns`, dilated as the hook says)."""
+    times, between_times = [], []
+    for _ in range(iters):
+        start = clock_ns()
+        op()
+        times.append((clock_ns() - start) / 1e3)
+        start = time.perf_counter_ns()
+        between()
+        between_times.append((time.perf_counter_ns() - start) * between_factor / 1e3)
+    return times, between_times
+
+
 def time_iterations(device: torch.device, op: Callable[[], None], iters: int) -> list[float]:
     """Per-iteration times in microseconds (CUDA events on GPU, perf_counter_ns on CPU)."""
     return _time_cuda(op, iters) if device.type == "cuda" else _time_cpu(op, iters)

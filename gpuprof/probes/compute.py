@@ -3,7 +3,8 @@
 FLOP = 2 n^3 for an n x n by n x n product (the usual count, nanoGPT's estimate_mfu cites the
 same). tf32 is float32 inputs with TF32 tensor cores allowed; float8 uses torch._scaled_mm where
 the device supports it (compute capability 8.9+), else the case is skipped with the reason.
-Inputs are random normal numbers (zeros would let some hardware idle).
+Inputs are random normal numbers (zeros would let some hardware idle). On CPU a float32 case
+has a canary: a numpy matmul of the same size between its iterations (`gpuprof.probes._canary`).
 
     torchrun --nproc-per-node 8 -m gpuprof.probes.compute --matmul-n 8192
 """
@@ -15,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from gpuprof.machine.groups import device_scopes
+from gpuprof.probes._canary import MatmulCanary
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Budget,
@@ -80,7 +82,9 @@ def _case(ctx: Context, params: CeilingParams, dtype: str) -> Case:
     n = params.n
 
     def build() -> Prepared:
-        return Prepared(run=_matmul(ctx, dtype, n))
+        # the core's own speed between the matmuls: a numpy float32 matmul of the same size
+        cpu = ctx.device.type == "cpu" and dtype == "float32"
+        return Prepared(run=_matmul(ctx, dtype, n), canary=MatmulCanary(n) if cpu else None)
 
     return Case(
         case_id=f"matmul.{dtype}.{n}",

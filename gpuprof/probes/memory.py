@@ -3,8 +3,8 @@
 GPU: host-to-device and device-to-host from pinned and pageable host memory (bytes moved =
 the buffer, one direction over PCIe), and a device-to-device copy (bytes moved = bytes read
 plus bytes written, the convention of memory-bandwidth datasheets). CPU: a host memory copy,
-also counted as read plus written, with a canary (a numpy copy of the same size around it,
-`gpuprof.probes._canary`). Every copy is checked byte for byte once (`nwrong`).
+also counted as read plus written, with a canary (a numpy copy of the same size between its
+iterations, `gpuprof.probes._canary`). Every copy is checked byte for byte once (`nwrong`).
 
     torchrun --nproc-per-node 8 -m gpuprof.probes.memory --copy-bytes 1G
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from gpuprof.machine.groups import device_scopes
-from gpuprof.probes._canary import host_memory_gbps
+from gpuprof.probes._canary import HostCopyCanary
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
 from gpuprof.specs.ceilings import CeilingParams
@@ -54,7 +54,9 @@ def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
             ctx.sync()
             return int((dst.cpu() != src.cpu()).sum().item())
 
-        return Prepared(run=run, check=check)
+        # the host memory's own speed between the copies: a numpy copy of the same size
+        cpu_copy = kind == "host_copy" and ctx.device.type == "cpu"
+        return Prepared(run=run, check=check, canary=HostCopyCanary(size) if cpu_copy else None)
 
     moved = 2 * size if kind in READ_PLUS_WRITE else size
     return Case(
@@ -62,8 +64,6 @@ def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
         params={"kind": kind, "size_bytes": size, "bytes_moved": moved},
         build=build,
         describe=f"{kind} {format_size(size)}",
-        # the host memory's own speed around the case: a numpy copy of the same size
-        canary=(lambda: host_memory_gbps(size)) if kind == "host_copy" else None,
     )
 
 

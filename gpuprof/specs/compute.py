@@ -57,7 +57,14 @@ SPEC = ProbeSpec(
         ("pct_of_peak", "%peak"),
     ),
     section="gpuprof.reports.sections.ceilings:compute_section",
-    metrics=(Metric(column="tflops", better="higher", keys=(*DEVICE_KEYS, "dtype", "n")),),
+    metrics=(
+        Metric(
+            column="tflops",
+            better="higher",
+            keys=(*DEVICE_KEYS, "dtype", "n"),
+            canary="the core's matmul rate (a numpy float32 matmul between the case's iterations)",
+        ),
+    ),
     ci_devices=("cpu", "cuda"),
     exports=(
         Export(

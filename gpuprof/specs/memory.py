@@ -71,7 +71,7 @@ SPEC = ProbeSpec(
             column="bandwidth_gbps",
             better="higher",
             keys=(*DEVICE_KEYS, "kind", "size_bytes"),
-            canary="host memory bandwidth (a numpy copy around each host copy)",
+            canary="host memory bandwidth (a numpy copy between the host copy's iterations)",
         ),
     ),
     ci_devices=("cpu", "cuda"),
