@@ -184,8 +184,8 @@ def run_checks(
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
     baseline = baseline_id(base)
-    here = compact({}, scenario, baseline)
-    done_before = sum(group(r) == group(here) for r in load(records, scenario))
+    here = group({"scenario": scenario, "baseline": baseline, "host": cpu_model()})
+    done_before = sum(group(r) == here for r in load(records, scenario))
     for i in range(done_before, count):
         argv, env = command(scenario, base, folder, device)
         started = time.monotonic()

@@ -21,12 +21,12 @@ import numpy as np
 import torch
 
 
-def _torch_memory(shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
+def _torch_memory(shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
     """An array on memory from torch's CPU allocator, as the case's tensors are: NumPy asks the
     kernel for transparent huge pages on its own large arrays (madvise), torch does not, and
     whether the kernel grants them varies from one allocation to the next (a numpy copy ran at
     22 GB/s in one run and 30 GB/s in the next, beside a torch copy at 23 in both)."""
-    return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).numpy()
+    return torch.empty(shape, dtype=dtype).numpy()
 
 
 class Canary(Protocol):
@@ -46,7 +46,7 @@ class MatmulCanary:
     def __init__(self, n: int, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         self.n = n
-        self.a, self.b, self.out = (_torch_memory((n, n), np.float32) for _ in range(3))
+        self.a, self.b, self.out = (_torch_memory((n, n), torch.float32) for _ in range(3))
         self.a[...] = rng.standard_normal((n, n), dtype=np.float32)
         self.b[...] = rng.standard_normal((n, n), dtype=np.float32)
 
@@ -64,7 +64,7 @@ class HostCopyCanary:
 
     def __init__(self, size_bytes: int) -> None:
         self.size_bytes = size_bytes
-        self.src, self.dst = (_torch_memory((size_bytes,), np.uint8) for _ in range(2))
+        self.src, self.dst = (_torch_memory((size_bytes,), torch.uint8) for _ in range(2))
         self.src[...] = 7
         np.copyto(self.dst, self.src)  # the first touch maps the pages
 
