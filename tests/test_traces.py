@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from gpuprof.analysis.ddp import with_components
 from gpuprof.analysis.intervals import intersect, length, merge, subtract, union
 from gpuprof.traces import reader
 from gpuprof.traces.job import read_job
@@ -153,58 +155,54 @@ def test_two_files_of_one_rank_are_refused(gp: Gp, tmp_path: Path) -> None:
     assert result.code == 2 and "two traces of rank 0" in result.err
 
 
-@pytest.mark.gloo("ddp")
 @pytest.mark.slow
-def test_trace_breakdown_agrees_with_the_ddp_probe(gp: Gp, tmp_path: Path) -> None:
-    """The same model, optimizer and loss, 2 gloo ranks: the DDP probe's breakdown (DDP's
-    logging data, wall-clock phases) against the trace's, in points of the step. The probe's
-    compute is wall clock (ops and the Python between them): the trace's compute + other."""
-    model = ["--hidden", "256", "--layers", "4", "--batch", "4", "--seq", "128"]
-    probe = gp(
-        "run",
-        "ddp",
-        "--gpus",
-        "2",
-        "--device",
-        "cpu",
-        *model,
-        "--ddp-variants",
-        "default",
-        "--no-scaling",
-        "--no-telemetry",
-        "--min-iters",
-        "12",
-        "--out",
-        tmp_path / "runs",
-        "--format",
-        "json",
-    )
-    assert probe.code == 0, probe.err
-    shown = gp("show", json.loads(probe.out)["run"], "--table", "ddp", "--format", "json")
-    row = json.loads(shown.out)[0]
-    compute = row["forward_us"] + row["backward_compute_us"] + row["optimizer_us"]
-    # shares of what the probe's phases cover (zero_grad and the clock reads between phases,
-    # about 2% of its step, are in no phase; the trace counts them as the process's time)
-    measured = compute + row["exposed_comm_us"]
-    probe_parts = (100 * compute / measured, 100 * row["exposed_comm_us"] / measured)
-    traces = tmp_path / "traces"
+def test_trace_breakdown_agrees_with_ddp_logging_data(tmp_path: Path) -> None:
+    """2 gloo ranks of DDP: the trace's breakdown against DDP's own logging data of the same
+    steps (sample rate 1), turned into a breakdown by the DDP probe's own code, in points of
+    the step. DDP's compute is wall clock (ops and the Python between them, and the optimizer
+    timed around `opt.step()` as the probe times it): the trace's compute + other.
+
+    Both come from one run: measured in separate runs (the probe's, then the traced job's),
+    the exposed share differed by 6 points on a busy 2-core CI machine (12.3% against 6.3%),
+    as two runs of either alone do there; within one run they agree within 1.3 points."""
+    traces, logging = tmp_path / "traces", tmp_path / "ddp_logging"
     subprocess.run(
-        [sys.executable, str(JOB), str(traces), "--steps", "11", "--no-shapes"],
+        [
+            sys.executable,
+            str(JOB),
+            str(traces),
+            "--steps",
+            "11",
+            "--no-shapes",
+            "--ddp-logging",
+            str(logging),
+        ],
         check=True,
         timeout=300,
         capture_output=True,
     )
     tables = read_job(traces, jobs=1)
-    # as the probe's: medians over every rank's steps (the window's)
+    # medians over every rank's steps of the window but its last (read as the probe's are)
     steps = tables.steps[tables.steps["step"] < tables.steps["step"].max()]
     share = steps[["compute_us", "other_us", "exposed_comm_us"]].div(steps["span_us"], axis=0)
     trace_parts = (
         100 * float((share["compute_us"] + share["other_us"]).median()),
         100 * float(share["exposed_comm_us"].median()),
     )
-    print(f"probe {probe_parts}, trace {trace_parts}")
-    for mine, theirs in zip(trace_parts, probe_parts, strict=True):
-        assert mine == pytest.approx(theirs, abs=5.0), (trace_parts, probe_parts)
+    logged = pd.concat(
+        pd.DataFrame(json.loads(Path(f"{logging}.rank{rank}").read_text())) for rank in (0, 1)
+    )
+    rows = with_components(logged[logged["step"].isin(steps["step"])])
+    assert len(rows) == len(steps), (len(rows), len(steps))  # every traced step, both ranks
+    compute = rows["forward_us"] + rows["backward_compute_us"] + rows["optimizer_us"]
+    measured = compute + rows["exposed_comm_us"]
+    ddp_parts = (
+        100 * float((compute / measured).median()),
+        100 * float((rows["exposed_comm_us"] / measured).median()),
+    )
+    print(f"DDP logging data {ddp_parts}, trace {trace_parts}")
+    for mine, theirs in zip(trace_parts, ddp_parts, strict=True):
+        assert mine == pytest.approx(theirs, abs=3.0), (trace_parts, ddp_parts)
 
 
 def test_a_balanced_job_has_no_input_straggler(gp: Gp, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ COMPONENTS = ["forward_us", "backward_compute_us", "exposed_comm_us", "optimizer
 MIN_COMM_SHARE = 0.01
 
 
-def _with_components(frame: pd.DataFrame) -> pd.DataFrame:
+def with_components(frame: pd.DataFrame) -> pd.DataFrame:
     """Per-row forward, backward compute, exposed communication (logging data, plus the
     accumulation micro-batches' own timers); the sync micro-batch's own timers where DDP's
     logging data is missing."""
@@ -78,7 +78,7 @@ def summarize_ddp(frame: pd.DataFrame) -> pd.DataFrame:
         ],
         "ddp",
     )
-    rows = _with_components(frame)
+    rows = with_components(frame)
     groups = rows.groupby(KEYS, sort=False)
     step = rows.groupby([*KEYS, "iteration"], sort=False)["time_us"].max().groupby(KEYS).median()
     med = groups[

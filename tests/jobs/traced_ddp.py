@@ -2,6 +2,8 @@
 the kind of job `gpuprof trace` reads. It trains the DDP probe's synthetic transformer with
 the probe's optimizer and loss, so the two breakdowns can be compared; `--slow-rank R
 --delay-ms D` makes rank R's data loading D ms slower per step (a straggler on purpose).
+`--ddp-logging FILE` also writes, per rank and step, DDP's own logging data (sample rate 1,
+as the DDP probe reads it) and the optimizer's wall time: the same steps, measured by DDP.
 
     python tests/jobs/traced_ddp.py OUT_DIR [--ranks 2] [--steps 6] [--slow-rank 1 --delay-ms 40]
 """
@@ -9,6 +11,7 @@ the probe's optimizer and loss, so the two breakdowns can be compared; `--slow-r
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
 from gpuprof.probes._model import synthetic_model
+from gpuprof.probes.ddp import LOGGING_FIELDS, logging_supported
 
 
 class Batches(Dataset[torch.Tensor]):
@@ -43,6 +47,9 @@ def worker(rank: int, args: argparse.Namespace, store: str) -> None:
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=args.ranks)
     model = DistributedDataParallel(synthetic_model(args.hidden, args.layers, torch.device("cpu")))
+    logging = args.ddp_logging is not None and logging_supported(model)
+    records: list[dict[str, float]] = []
+    optimizer_us: dict[int, float] = {}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
     loader = DataLoader(Batches(args, rank), batch_size=None, shuffle=False, num_workers=0)
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=args.steps)
@@ -60,9 +67,23 @@ def worker(rank: int, args: argparse.Namespace, store: str) -> None:
                 break
             opt.zero_grad(set_to_none=True)
             loss = model(batch).float().square().mean()
+            if logging:  # this forward made DDP record the previous step's statistics
+                data = model._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+                if step > 0 and "backward_comm_time" in data:
+                    records.append({"step": step - 1, "iteration": int(data["iteration"])})
+                    records[-1].update(
+                        {ours: float(data[theirs]) / 1e3 for theirs, ours in LOGGING_FIELDS.items()}
+                    )
             loss.backward()
+            t0 = time.perf_counter_ns()
             opt.step()
+            optimizer_us[step] = (time.perf_counter_ns() - t0) / 1e3
             prof.step()
+    if logging:
+        for record in records:
+            record["optimizer_us"] = optimizer_us[int(record["step"])]
+        path = Path(f"{args.ddp_logging}.rank{rank}")
+        path.write_text(json.dumps(records))
     dist.destroy_process_group()
 
 
@@ -79,6 +100,7 @@ def main() -> None:
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--gzip", action="store_true")
+    parser.add_argument("--ddp-logging", type=Path, help="write DDP's logging data to FILE.rankR")
     parser.add_argument(
         "--no-shapes", action="store_true", help="no input shapes: less profiler overhead, no bytes"
     )
