@@ -3,6 +3,7 @@
     python benchmarks/gate_rates.py --out /tmp/gate [--checks 60] [--device cpu]
         [--scenarios stored-same,stored-probe,stored-uniform,stored-memdrift,ab-same,ab-real]
         [--baseline-runs 10] [--records FILE] [--report-only]
+        [--check-args "--no-confirm"] [--pool C]
 
 Stored baseline (`gpuprof check --baseline`, the machine-wide factor removed):
 1. a baseline from `--baseline-runs` separate runs of the ci suite;
@@ -36,6 +37,14 @@ its 60 checks may span several sessions on the same kind of machine); a stored s
 the records against this --out's baseline (a baseline is one machine's, one session's).
 --report-only prints the figures of the records. Prints, per scenario and group, exit codes,
 the cases named and how often, and the checks' wall time (median, worst).
+
+--check-args adds arguments to every check (e.g. "--no-confirm": one run each, "--repeats 3");
+checks with other arguments are counted apart. --pool C judges the runs a stored scenario's
+checks kept under --out again, in order (each a launch of its own, made in sequence), with
+`gpuprof check --baseline B --run R1 ... --run RC`, as a check of C runs (`--repeats C`)
+judges them: C runs, and where they name a regression, C more judged with them. What such
+checks would have said, from runs already made. Its records carry "pooled": C (wall time:
+its runs' own, without the checks' starts).
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -89,7 +99,7 @@ def make_baseline(out: Path, runs: int, device: str) -> Path:
 
 
 def command(
-    scenario: str, base: Path, folder: Path, device: str
+    scenario: str, base: Path, folder: Path, device: str, extra: list[str]
 ) -> tuple[list[str], dict[str, str]]:
     """The check a scenario runs, and its environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROF_FAULT")}
@@ -105,7 +115,7 @@ def command(
         args = ["check", "--reference-python", sys.executable, "--device", device]
         if scenario == "ab-real":
             args += ["--env", REAL_ENV]
-    return [*GPUPROF, *args, "--out", str(folder / "runs"), "--format", "json"], env
+    return [*GPUPROF, *args, *extra, "--out", str(folder / "runs"), "--format", "json"], env
 
 
 def cpu_model() -> str:
@@ -132,19 +142,24 @@ CASE_FIELDS = ("probe", "case", "metric", "better", "verdict", "change_pct", "th
                "ratio", "ratio_lo", "ratio_hi", "pairs")  # fmt: skip
 
 
-def compact(data: dict[str, Any], scenario: str, baseline: str | None) -> dict[str, Any]:
-    """One check's record: what the figures are computed from, without the per-run values."""
+def compact(
+    data: dict[str, Any], scenario: str, baseline: str | None, extra: list[str]
+) -> dict[str, Any]:
+    """One check's record: what the figures are computed from, without the per-run values
+    (a stored check keeps the paths of its runs, which --pool judges again)."""
     return {
         "scenario": scenario,
         "checked_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": cpu_model(),
         "commit": commit(),
         "baseline": baseline if scenario.startswith("stored") else None,
+        "check_args": shlex.join(extra),
         **{
             k: _rounded(data[k])
-            for k in ("exit", "wall_s", "confirmed", "pairs", "error")
+            for k in ("exit", "wall_s", "confirmed", "pairs", "pooled", "error")
             if k in data
         },
+        **({"runs": data["runs"]} if scenario.startswith("stored") and "runs" in data else {}),
         "machine": _rounded(data.get("machine")),
         "cases": [
             {k: _rounded(c[k]) for k in CASE_FIELDS if k in c} for c in data.get("cases", [])
@@ -172,22 +187,31 @@ def load(records: Path, scenario: str) -> list[dict[str, Any]]:
 
 def group(check: dict[str, Any]) -> str:
     """What a scenario's checks are counted and summarised by: its baseline (stored), its
-    kind of machine (A/B)."""
-    if check["scenario"].startswith("stored"):
-        return f"baseline {check['baseline']} ({check['host']})"
-    return str(check["host"])
+    kind of machine (A/B), the arguments its checks were given, and how many runs a pooled
+    judgement took."""
+    name = (
+        f"baseline {check['baseline']} ({check['host']})"
+        if check["scenario"].startswith("stored")
+        else str(check["host"])
+    )
+    if check.get("check_args"):
+        name += f", check {check['check_args']}"
+    if check.get("pooled"):
+        name += f", {check['pooled']} runs pooled"
+    return name
 
 
 def run_checks(
-    scenario: str, base: Path, out: Path, records: Path, count: int, device: str
+    scenario: str, base: Path, out: Path, records: Path, count: int, device: str, extra: list[str]
 ) -> None:
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
     baseline = baseline_id(base)
-    here = group({"scenario": scenario, "baseline": baseline, "host": cpu_model()})
+    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model()}
+    here = group({**mine, "check_args": shlex.join(extra)})
     done_before = sum(group(r) == here for r in load(records, scenario))
     for i in range(done_before, count):
-        argv, env = command(scenario, base, folder, device)
+        argv, env = command(scenario, base, folder, device, extra)
         started = time.monotonic()
         done = sh(argv, env=env)
         wall = time.monotonic() - started
@@ -196,13 +220,56 @@ def run_checks(
         except json.JSONDecodeError:
             data = {"cases": [], "error": done.stderr.strip()[-500:]}
         data.update(exit=done.returncode, wall_s=round(wall, 1),
-                    confirmed="once more" in done.stderr)  # fmt: skip
+                    confirmed="to confirm them" in done.stderr)  # fmt: skip
         records.parent.mkdir(parents=True, exist_ok=True)
         with records.open("a") as f:
-            f.write(json.dumps(compact(data, scenario, baseline)) + "\n")
+            f.write(json.dumps(compact(data, scenario, baseline, extra)) + "\n")
         named = sum(c["verdict"] == "regression" for c in data.get("cases", []))
         print(f"  {scenario} {i + 1}/{count}: exit {done.returncode}, {named} named, {wall:.0f} s",
               flush=True)  # fmt: skip
+
+
+def judge(base: Path, chunk: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """`gpuprof check --baseline B --run R1 ...` of kept runs: its JSON, exit code and the
+    runs' own wall time."""
+    argv = [*GPUPROF, "check", "--baseline", str(base), "--format", "json"]
+    argv += [arg for path, _ in chunk for arg in ("--run", str(path))]
+    done = sh(argv)
+    try:
+        data = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        data = {"cases": [], "error": done.stderr.strip()[-500:]}
+    wall = sum(float(info.get("took_s") or 0) for _, info in chunk)
+    data.update(exit=done.returncode, wall_s=round(wall, 1))
+    return data
+
+
+def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None:
+    """Judge the runs the scenario's checks made under `out` again, in order, as a check of
+    `size` runs judges them (`--repeats size`): `size` runs, and where they name a regression,
+    `size` more and all of them together. Each judgement is a record (its wall time: its runs'
+    own, without the checks' starts)."""
+    baseline = baseline_id(base)
+    folders = sorted(p for p in (out / scenario / "runs").glob("*") if (p / "run.json").is_file())
+    infos = [json.loads((p / "run.json").read_text()) for p in folders]
+    runs = [(p, i) for p, i in zip(folders, infos, strict=True) if i.get("status") == "complete"]
+    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model()}
+    here = group({**mine, "pooled": size})
+    done_before = sum(group(r) == here for r in load(records, scenario))
+    start, count = 0, 0
+    while start + size <= len(runs):
+        data = judge(base, runs[start : start + size])
+        used = size
+        if data["exit"] == 1 and start + 2 * size <= len(runs):
+            data = judge(base, runs[start : start + 2 * size])
+            used = 2 * size
+        data.update(pooled=size, confirmed=used > size)
+        start, count = start + used, count + 1
+        if count <= done_before:
+            continue
+        with records.open("a") as f:
+            f.write(json.dumps(compact(data, scenario, baseline, [])) + "\n")
+        print(f"  {scenario} pooled {count}: {used} runs, exit {data['exit']}", flush=True)
 
 
 def named(check: dict[str, Any]) -> set[str]:
@@ -293,7 +360,12 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--check-args", default="", help="more arguments for every check")
+    parser.add_argument(
+        "--pool", type=int, default=0, metavar="C", help="judge kept one-run checks C at a time"
+    )
     args = parser.parse_args()
+    extra = shlex.split(args.check_args)
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
@@ -306,7 +378,12 @@ def main() -> None:
         if any(s.startswith("stored") for s in scenarios):
             base = make_baseline(args.out, args.baseline_runs, args.device)
         for scenario in scenarios:
-            run_checks(scenario, base, args.out, args.records, args.checks, args.device)
+            if args.pool:
+                if scenario.startswith("stored"):
+                    pool(scenario, args.out, base, args.records, args.pool)
+            else:
+                run_checks(scenario, base, args.out, args.records, args.checks, args.device,
+                           extra)  # fmt: skip
     for scenario in scenarios:
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for check in load(args.records, scenario):

@@ -57,16 +57,16 @@ from gpuprof.runs.plan import DEVICES, SUITES
 @click.option("--gpus", type=click.IntRange(1, 4096), help="ranks [default: the baseline's]")
 @click.option(
     "--repeats",
-    default=1,
+    default=2,
     show_default=True,
     type=click.IntRange(1, 100),
-    help="runs to measure (their medians pooled)",
+    help="runs to measure, each its own launch (the median of their medians is judged)",
 )
 @click.option(
     "--confirm/--no-confirm",
     default=True,
     show_default=True,
-    help="when measuring, confirm regressions with a second measurement before failing",
+    help="when measuring, confirm regressions with as many runs again before failing",
 )
 @click.option("--min-pairs", default=3, show_default=True, type=click.IntRange(2, 100), help="A/B")
 @click.option(
@@ -180,8 +180,9 @@ def _stored(
         )
         if regressions and kw["confirm"] and result.exit_code != 3:
             click.echo(
-                f"gpuprof: {regressions} regression(s) in the first run: measuring once more "
-                "to confirm them (--no-confirm: judge one run)",
+                f"gpuprof: {regressions} regression(s) in {len(runs)} run(s): measuring "
+                f"{kw['repeats']} more to confirm them, judging all together (--no-confirm: "
+                "judge the first ones alone)",
                 err=True,
             )
             cand = side_of_runs(runs + _measure_for_check(base, kw, kw["repeats"]))
@@ -212,6 +213,7 @@ def _stored(
         "mode": "baseline",
         "baseline": base.label,
         "candidate": cand.label,
+        "runs": [str(r.get("path")) for r in cand.runs],
         "machine": machine,
     }
     title = f"gpuprof check: {cand.label} against {base.label}"
