@@ -35,6 +35,8 @@ against which baseline. The runs themselves go under --out. A rerun continues wh
 stop: an A/B scenario counts every record of this CPU model (an A/B check needs no baseline, so
 its 60 checks may span several sessions on the same kind of machine); a stored scenario counts
 the records against this --out's baseline (a baseline is one machine's, one session's).
+A record with a "load" (set by hand afterwards: other work that ran on the same cores during
+the check) is counted apart from the checks of an otherwise idle machine.
 --report-only prints the figures of the records. Prints, per scenario and group, exit codes,
 the cases named and how often, and the checks' wall time (median, worst).
 
@@ -198,6 +200,8 @@ def group(check: dict[str, Any]) -> str:
         name += f", check {check['check_args']}"
     if check.get("pooled"):
         name += f", {check['pooled']} runs pooled"
+    if check.get("load"):
+        name += f", {check['load']}"
     return name
 
 
