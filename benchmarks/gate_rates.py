@@ -205,6 +205,16 @@ def group(check: dict[str, Any]) -> str:
     return name
 
 
+def parsed(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """A check's JSON output with its exit code (an error text when it printed no JSON)."""
+    try:
+        data = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        data = {"cases": [], "error": done.stderr.strip()[-500:]}
+    data["exit"] = done.returncode
+    return data
+
+
 def run_checks(
     scenario: str, base: Path, out: Path, records: Path, count: int, device: str, extra: list[str]
 ) -> None:
@@ -219,12 +229,8 @@ def run_checks(
         started = time.monotonic()
         done = sh(argv, env=env)
         wall = time.monotonic() - started
-        try:
-            data = json.loads(done.stdout)
-        except json.JSONDecodeError:
-            data = {"cases": [], "error": done.stderr.strip()[-500:]}
-        data.update(exit=done.returncode, wall_s=round(wall, 1),
-                    confirmed="to confirm them" in done.stderr)  # fmt: skip
+        data = parsed(done)
+        data.update(wall_s=round(wall, 1), confirmed="to confirm them" in done.stderr)
         records.parent.mkdir(parents=True, exist_ok=True)
         with records.open("a") as f:
             f.write(json.dumps(compact(data, scenario, baseline, extra)) + "\n")
@@ -238,13 +244,8 @@ def judge(base: Path, chunk: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any
     runs' own wall time."""
     argv = [*GPUPROF, "check", "--baseline", str(base), "--format", "json"]
     argv += [arg for path, _ in chunk for arg in ("--run", str(path))]
-    done = sh(argv)
-    try:
-        data = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        data = {"cases": [], "error": done.stderr.strip()[-500:]}
-    wall = sum(float(info.get("took_s") or 0) for _, info in chunk)
-    data.update(exit=done.returncode, wall_s=round(wall, 1))
+    data = parsed(sh(argv))
+    data["wall_s"] = round(sum(float(info.get("took_s") or 0) for _, info in chunk), 1)
     return data
 
 
@@ -259,8 +260,10 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
     runs = [(p, i) for p, i in zip(folders, infos, strict=True) if i.get("status") == "complete"]
     mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model()}
     here = group({**mine, "pooled": size})
-    done_before = sum(group(r) == here for r in load(records, scenario))
-    start, count = 0, 0
+    earlier = [r for r in load(records, scenario) if group(r) == here]
+    # where the records stop: each earlier judgement used `size` runs, or twice that confirmed
+    start = sum(2 * size if r.get("confirmed") else size for r in earlier)
+    count = len(earlier)
     while start + size <= len(runs):
         data = judge(base, runs[start : start + size])
         used = size
@@ -269,8 +272,6 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
             used = 2 * size
         data.update(pooled=size, confirmed=used > size)
         start, count = start + used, count + 1
-        if count <= done_before:
-            continue
         with records.open("a") as f:
             f.write(json.dumps(compact(data, scenario, baseline, [])) + "\n")
         print(f"  {scenario} pooled {count}: {used} runs, exit {data['exit']}", flush=True)
@@ -366,7 +367,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--check-args", default="", help="more arguments for every check")
     parser.add_argument(
-        "--pool", type=int, default=0, metavar="C", help="judge kept one-run checks C at a time"
+        "--pool", type=int, default=0, metavar="C", help="judge the kept runs again, C at a time"
     )
     args = parser.parse_args()
     extra = shlex.split(args.check_args)

@@ -49,7 +49,7 @@ def worker(rank: int, args: argparse.Namespace, store: str) -> None:
     model = DistributedDataParallel(synthetic_model(args.hidden, args.layers, torch.device("cpu")))
     logging = args.ddp_logging is not None and logging_supported(model)
     records: list[dict[str, float]] = []
-    optimizer_us: dict[int, float] = {}
+    optimizer_us = 0.0  # the previous step's
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
     loader = DataLoader(Batches(args, rank), batch_size=None, shuffle=False, num_workers=0)
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=args.steps)
@@ -70,20 +70,16 @@ def worker(rank: int, args: argparse.Namespace, store: str) -> None:
             if logging:  # this forward made DDP record the previous step's statistics
                 data = model._get_ddp_logging_data()  # type: ignore[no-untyped-call]
                 if step > 0 and "backward_comm_time" in data:
-                    records.append({"step": step - 1, "iteration": int(data["iteration"])})
-                    records[-1].update(
-                        {ours: float(data[theirs]) / 1e3 for theirs, ours in LOGGING_FIELDS.items()}
-                    )
+                    logged = {ours: float(data[k]) / 1e3 for k, ours in LOGGING_FIELDS.items()}
+                    record = {"step": step - 1, "iteration": int(data["iteration"])}
+                    records.append({**record, **logged, "optimizer_us": optimizer_us})
             loss.backward()
             t0 = time.perf_counter_ns()
             opt.step()
-            optimizer_us[step] = (time.perf_counter_ns() - t0) / 1e3
+            optimizer_us = (time.perf_counter_ns() - t0) / 1e3
             prof.step()
     if logging:
-        for record in records:
-            record["optimizer_us"] = optimizer_us[int(record["step"])]
-        path = Path(f"{args.ddp_logging}.rank{rank}")
-        path.write_text(json.dumps(records))
+        Path(f"{args.ddp_logging}.rank{rank}").write_text(json.dumps(records))
     dist.destroy_process_group()
 
 
