@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.probes import _timing
+from gpuprof.probes._harness import Budget, iterations_for
 from gpuprof.runs.store import open_run
 from tests.conftest import TINY_DDP, Gp
 
@@ -135,3 +137,30 @@ def test_out_of_memory_inside_a_case_skips_that_case(
     assert set(run.table("ddp")["case_id"]) == {"default"}
     (skip,) = {s["reason"] for s in run.info["skipped"] if s["case_id"] == "bucket=1"}
     assert skip.startswith("out of memory: test fault") and " free of " in skip
+
+
+def test_a_training_round_is_sized_by_its_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round of four measurements whose main one (the DDP step) takes a quarter of it: the
+    harness sizes the rounds by what a whole round costs, not by the main step, so a budget
+    is not overrun fourfold; plain iterations keep their own times."""
+    clock = [0]
+    monkeypatch.setattr(_timing, "clock_ns", lambda: clock[0])
+
+    def rounds(n: int) -> tuple[list[float], dict[str, list[float]]]:
+        setup = 0 if clock[0] else 1_000_000_000  # the first call connects
+        clock[0] += setup + n * 40_000_000  # 40 ms a round, 10 ms of it the main step
+        return [10_000.0] * n, {}
+
+    cost_us = _timing.warm_up(rounds, 3, by_wall=True)
+    assert cost_us == 40_000.0
+    budget = Budget(warmup_iters=3, min_iters=2, max_iters=1000, budget_s=1.0)
+    assert iterations_for(budget, cost_us / 1e6) == 25  # not the 100 the main step would fill
+    clock[0] = 0
+    calls: list[int] = []
+
+    def first_is_slow(n: int) -> tuple[list[float], dict[str, list[float]]]:
+        calls.append(n)
+        return [5_000_000.0] + [10_000.0] * (n - 1), {}
+
+    # plain iterations: one call, and the first (connection setup) is not the cost
+    assert _timing.warm_up(first_is_slow, 3) == 10_000.0 and calls == [3]

@@ -6,8 +6,8 @@ probe (the nccl-tests shape: one harness, small per-op files).
 
 Timing: CUDA events around every iteration on GPU (the op is enqueued on the current stream);
 `time.perf_counter_ns` around every iteration on CPU, where gloo calls block until done. Every
-iteration of every rank is kept. The iteration count adapts to a per-case time budget from the
-warmup time, agreed across the group (max over ranks) so all ranks run the same iterations.
+iteration of every rank is kept. The iteration count fills a per-case time budget at the cost
+of a warm-up iteration (`_timing.warm_up`), the max over the group so all ranks run as many.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from gpuprof.machine.env import CASE_LINES_ENV, this_host
 from gpuprof.machine.groups import GroupSpec
+from gpuprof.probes import _timing
 from gpuprof.probes._canary import Canary
 from gpuprof.probes._faults import raise_if_asked
 from gpuprof.probes._logs import Tee, tee_output
@@ -300,10 +301,9 @@ def measure(
             return prepared.timed(iters)
         return time_iterations(ctx.device, prepared.run, iters), {}
 
-    warm, _ = timed(max(1, budget.warmup_iters))
+    cost_us = _timing.warm_up(timed, max(1, budget.warmup_iters), prepared.timed is not None)
     nwrong = prepared.check() if prepared.check else None
-    steady = warm[1:] or warm  # the first call pays for connection setup
-    per_iter_s = agreed_max(ctx, sorted(steady)[len(steady) // 2] / 1e6, scope.group)
+    per_iter_s = agreed_max(ctx, cost_us / 1e6, scope.group)
     iters = iterations_for(budget, per_iter_s)
     canary = prepared.canary
     if canary is None:

@@ -130,3 +130,26 @@ def time_interleaved(
 def time_iterations(device: torch.device, op: Callable[[], None], iters: int) -> list[float]:
     """Per-iteration times in microseconds (CUDA events on GPU, perf_counter_ns on CPU)."""
     return _time_cuda(op, iters) if device.type == "cuda" else _time_cpu(op, iters)
+
+
+def warm_up(
+    timed: Callable[[int], tuple[list[float], Any]], n: int, by_wall: bool = False
+) -> float:
+    """Run `n` warm-up iterations of `timed` (n -> their times in us, more columns) and return
+    what one costs, in us: the median after the first (which pays for connection setup).
+
+    `by_wall`: a round of a training probe takes more measurements than its main one (DDP:
+    the step, a no_sync step, its twin's step, the bucket all_reduces), so each round runs
+    alone and costs its wall time on `clock_ns` (the fault hook's clock, so slowed work runs
+    fewer rounds, as slower work would); DDP's `timed(1)` also takes the one more step that
+    makes DDP log the round, so its rounds are sized a little short of the budget."""
+    if by_wall:
+        costs = []
+        for _ in range(n):
+            start = clock_ns()
+            timed(1)
+            costs.append((clock_ns() - start) / 1e3)
+    else:
+        costs = timed(n)[0]
+    steady = sorted(costs[1:] or costs)
+    return steady[len(steady) // 2]
