@@ -36,7 +36,9 @@ stop: an A/B scenario counts every record of this CPU model (an A/B check needs 
 its 60 checks may span several sessions on the same kind of machine); a stored scenario counts
 the records against this --out's baseline (a baseline is one machine's, one session's).
 A record with a "load" (set by hand afterwards: other work that ran on the same cores during
-the check) is counted apart from the checks of an otherwise idle machine.
+the check) is counted apart from the checks of an otherwise idle machine; so are records of an
+earlier way of measuring (`METHOD`: before 2, the DDP probe's rounds were sized by their step
+alone and ran to max_iters).
 --report-only prints the figures of the records. Prints, per scenario and group, exit codes,
 the cases named and how often, and the checks' wall time (median, worst).
 
@@ -131,6 +133,11 @@ def cpu_model() -> str:
     return f"{model}, {os.cpu_count()} cores"
 
 
+# what the probes measure, as far as it changes the gate's figures: 2 since DDP's rounds are
+# sized by their wall time (records without it are 1)
+METHOD = 2
+
+
 def commit() -> str:
     done = sh(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"])
     return done.stdout.strip() or "unknown"
@@ -154,6 +161,7 @@ def compact(
         "checked_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": cpu_model(),
         "commit": commit(),
+        "method": METHOD,
         "baseline": baseline if scenario.startswith("stored") else None,
         "check_args": shlex.join(extra),
         **{
@@ -189,8 +197,8 @@ def load(records: Path, scenario: str) -> list[dict[str, Any]]:
 
 def group(check: dict[str, Any]) -> str:
     """What a scenario's checks are counted and summarised by: its baseline (stored), its
-    kind of machine (A/B), the arguments its checks were given, and how many runs a pooled
-    judgement took."""
+    kind of machine (A/B), the arguments its checks were given, how many runs a pooled
+    judgement took, other work beside it and the way of measuring."""
     name = (
         f"baseline {check['baseline']} ({check['host']})"
         if check["scenario"].startswith("stored")
@@ -202,6 +210,8 @@ def group(check: dict[str, Any]) -> str:
         name += f", {check['pooled']} runs pooled"
     if check.get("load"):
         name += f", {check['load']}"
+    if check.get("method", 1) != METHOD:
+        name += f", method {check.get('method', 1)}"
     return name
 
 
