@@ -1,10 +1,11 @@
 # Two entry points (see README): `make sweep` and `make test`. Both set up .venv first.
+# `make test-slow` runs the tests marked slow, which `make test` leaves out; CI runs both.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SWEEP_ARGS ?= --nodes 1 --suite quick
 
-.PHONY: sweep test lint clean
+.PHONY: sweep test test-slow lint clean
 
 # the one prerequisite make cannot install: Python >= 3.10 with venv (ensurepip included)
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
@@ -29,7 +30,10 @@ lint: $(BIN)/.installed
 	$(BIN)/lint-imports --no-cache
 
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not slow"
+
+test-slow: $(BIN)/.installed
+	$(BIN)/pytest -m slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
