@@ -231,7 +231,7 @@ def run_checks(
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
     baseline = baseline_id(base)
-    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model()}
+    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": METHOD}
     here = group({**mine, "check_args": shlex.join(extra)})
     done_before = sum(group(r) == here for r in load(records, scenario))
     for i in range(done_before, count):
@@ -268,7 +268,13 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
     folders = sorted(p for p in (out / scenario / "runs").glob("*") if (p / "run.json").is_file())
     infos = [json.loads((p / "run.json").read_text()) for p in folders]
     runs = [(p, i) for p, i in zip(folders, infos, strict=True) if i.get("status") == "complete"]
-    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model()}
+    # the runs' way of measuring: that of the checks that made them
+    made = {r.get("method", 1) for r in load(records, scenario) if r["baseline"] == baseline}
+    made -= {None}
+    if len(made) > 1:
+        raise SystemExit(f"{scenario}: runs of several ways of measuring under {out}: {made}")
+    method = made.pop() if made else METHOD
+    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": method}
     here = group({**mine, "pooled": size})
     earlier = [r for r in load(records, scenario) if group(r) == here]
     # where the records stop: each earlier judgement used `size` runs, or twice that confirmed
@@ -283,7 +289,8 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
         data.update(pooled=size, confirmed=used > size)
         start, count = start + used, count + 1
         with records.open("a") as f:
-            f.write(json.dumps(compact(data, scenario, baseline, [])) + "\n")
+            record = {**compact(data, scenario, baseline, []), "method": method}
+            f.write(json.dumps(record) + "\n")
         print(f"  {scenario} pooled {count}: {used} runs, exit {data['exit']}", flush=True)
 
 
