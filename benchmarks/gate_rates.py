@@ -268,15 +268,15 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
     folders = sorted(p for p in (out / scenario / "runs").glob("*") if (p / "run.json").is_file())
     infos = [json.loads((p / "run.json").read_text()) for p in folders]
     runs = [(p, i) for p, i in zip(folders, infos, strict=True) if i.get("status") == "complete"]
+    kept = load(records, scenario)
     # the runs' way of measuring: that of the checks that made them
-    made = {r.get("method", 1) for r in load(records, scenario) if r["baseline"] == baseline}
-    made -= {None}
+    made = {r.get("method", 1) for r in kept if r["baseline"] == baseline}
     if len(made) > 1:
         raise SystemExit(f"{scenario}: runs of several ways of measuring under {out}: {made}")
     method = made.pop() if made else METHOD
     mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": method}
     here = group({**mine, "pooled": size})
-    earlier = [r for r in load(records, scenario) if group(r) == here]
+    earlier = [r for r in kept if group(r) == here]
     # where the records stop: each earlier judgement used `size` runs, or twice that confirmed
     start = sum(2 * size if r.get("confirmed") else size for r in earlier)
     count = len(earlier)
