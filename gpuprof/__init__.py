@@ -11,13 +11,13 @@ Public API (kept honest by tests/test_api.py):
 
 from typing import TYPE_CHECKING, Any
 
+from gpuprof._version import __version__
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
 from gpuprof.runs.records import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from gpuprof.runs.store import Run, open_run
 
-__version__ = "0.1.0"
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -3,8 +3,18 @@
 import subprocess
 import sys
 import types
+from pathlib import Path
+
+import pytest
 
 import gpuprof
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_all_is_the_public_api() -> None:
@@ -29,3 +39,26 @@ def test_the_command_starts_without_torch_or_pandas() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_version_is_the_code_s_own_installed_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source tree on PYTHONPATH that pip never installed (how a GPU box without registry
+    access runs it) has no distribution metadata, yet `--version` and the runs'
+    gpuprof_version name the code's version, which pyproject.toml's must match."""
+    from importlib import metadata
+
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+    from gpuprof.machine.env import gpuprof_version
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+    def not_installed(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    assert gpuprof.__version__ == declared == gpuprof_version()
+    done = CliRunner().invoke(cli, ["--version"])
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == f"gpuprof, version {declared}"

@@ -14,12 +14,13 @@ import traceback
 
 import click
 
+from gpuprof._version import __version__
 from gpuprof.cli import check, env, export, gate, measure, predict, read, trace
 from gpuprof.errors import GpuprofError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="gpuprof-cluster")  # the distribution's name
+@click.version_option(__version__, prog_name="gpuprof")  # the code that runs, installed or not
 @click.option("--debug", is_flag=True, help="show tracebacks on errors (any command)")
 def cli(debug: bool) -> None:
     """GPU cluster profiler: collectives, links, ceilings and training micro-benchmarks."""

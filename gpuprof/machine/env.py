@@ -10,11 +10,11 @@ import platform
 import re
 import socket
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 import psutil
 
+from gpuprof._version import __version__
 from gpuprof.errors import UsageError
 
 # The environment a run records: only variables known to change performance or the job's
@@ -86,20 +86,10 @@ def captured_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return kept
 
 
-def _package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-# what pip knows gpuprof by (the name gpuprof on PyPI is another project)
-DISTRIBUTION = "gpuprof-cluster"
-
-
-def gpuprof_version() -> str | None:
-    """The installed gpuprof version (no torch import)."""
-    return _package_version(DISTRIBUTION)
+def gpuprof_version() -> str:
+    """The version of the gpuprof code that runs: its package's own, also where it runs from a
+    source tree that pip never installed (PYTHONPATH), which has no distribution metadata."""
+    return __version__
 
 
 def torchrun_sizes(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
