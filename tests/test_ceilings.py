@@ -160,3 +160,23 @@ def test_is_this_good_for_8xh100_all_reduce() -> None:
     assert "below the reference" in collective_findings(summary, info)[0]
     assert collective_pct_of_peak(summary, info).tolist() == pytest.approx([100 / 4.5, 200 / 4.5])
     assert collective_findings(summary, {"ranks": [{"rank": 0}]}) == []  # CPU: nothing said
+
+
+@pytest.mark.parametrize("count", [0, 1, 250, 251, 252, 10_000])
+@pytest.mark.parametrize("source", [0, 1, 5, 36])
+def test_the_check_pattern_is_byte_i_plus_7_source_mod_251(count: int, source: int) -> None:
+    """The memory and p2p checks' source data, built from one repeated period: every byte is
+    (i + 7 * source) % 251, so a copy from the wrong source or offset shows as wrong bytes."""
+    import torch
+
+    from gpuprof.probes._check import byte_pattern, count_wrong
+
+    got = byte_pattern(count, source)
+    want = ((torch.arange(count, dtype=torch.int64) + 7 * source) % 251).to(torch.uint8)
+    assert got.dtype == torch.uint8 and torch.equal(got, want)
+    if count > 1:
+        assert count_wrong(got, want) == 0
+        assert count_wrong(byte_pattern(count, source + 1), want) == count  # every byte shifts
+        bad = want.clone()
+        bad[-1] += 1
+        assert count_wrong(bad, want) == 1

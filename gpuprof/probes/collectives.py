@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from gpuprof.machine.groups import scope_groups
+from gpuprof.probes._check import count_wrong
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._faults import fault_rank
 from gpuprof.probes._harness import (
@@ -99,10 +100,6 @@ class _Data:
         return tensor
 
 
-def _wrong(actual: torch.Tensor, expected: torch.Tensor) -> int:
-    return int((actual != expected).sum().item())
-
-
 Builder = Callable[[Context, Scope, _Data, int, bool, str], Prepared]
 
 
@@ -117,7 +114,7 @@ def _all_reduce(
     def check() -> int:
         buf.copy_(data.contribution(count))
         run()
-        return _wrong(buf, data.reduced(count, redop))
+        return count_wrong(buf, data.reduced(count, redop))
 
     return Prepared(run=run, check=check)
 
@@ -133,7 +130,7 @@ def _reduce(
     def check() -> int:
         buf.copy_(data.contribution(count))
         run()
-        return _wrong(buf, data.reduced(count, redop)) if ctx.rank == root else 0
+        return count_wrong(buf, data.reduced(count, redop)) if ctx.rank == root else 0
 
     return Prepared(run=run, check=check)
 
@@ -154,7 +151,7 @@ def _broadcast(
     def check() -> int:
         buf.copy_(data.send(count) if ctx.rank == root else torch.zeros_like(buf))
         run()
-        return _wrong(buf, data.tagged(count, 0))
+        return count_wrong(buf, data.tagged(count, 0))
 
     return Prepared(run=run, check=check)
 
@@ -175,7 +172,7 @@ def _all_gather(
         out.zero_()
         inp.copy_(data.send(chunk))
         run()
-        return _wrong(out, expected)
+        return count_wrong(out, expected)
 
     return Prepared(run=run, check=check)
 
@@ -199,7 +196,7 @@ def _reduce_scatter(
         if not in_place:
             out.zero_()
         run()
-        return _wrong(out, data.reduced(chunk, redop, offset=data.r * chunk))
+        return count_wrong(out, data.reduced(chunk, redop, offset=data.r * chunk))
 
     return Prepared(run=run, check=check)
 
@@ -219,7 +216,7 @@ def _all_to_all(
         send.copy_(torch.cat([data.send(chunk, salt=k) for k in range(data.n)]))
         recv.zero_()
         run()
-        return _wrong(recv, expected)
+        return count_wrong(recv, expected)
 
     return Prepared(run=run, check=check)
 
@@ -247,7 +244,7 @@ def _sendrecv(
         send.copy_(data.send(count))
         recv.zero_()
         run()
-        return _wrong(recv, data.tagged(count, (data.r - 1) % data.n))
+        return count_wrong(recv, data.tagged(count, (data.r - 1) % data.n))
 
     return Prepared(run=run, check=check)
 

@@ -15,6 +15,7 @@ import torch
 
 from gpuprof.machine.groups import device_scopes
 from gpuprof.probes._canary import HostCopyCanary
+from gpuprof.probes._check import byte_pattern, count_wrong
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
 from gpuprof.specs.ceilings import CeilingParams
@@ -28,7 +29,7 @@ def _buffers(ctx: Context, kind: str, size: int) -> tuple[torch.Tensor, torch.Te
     """(source, destination) for one copy kind."""
     dev = ctx.device
     host_pinned = kind.endswith("pinned")
-    pattern = (torch.arange(size, dtype=torch.int32) % 251).to(torch.uint8)
+    pattern = byte_pattern(size)
     if kind.startswith("h2d"):
         src = pattern.pin_memory() if host_pinned else pattern
         return src, torch.empty(size, dtype=torch.uint8, device=dev)
@@ -52,7 +53,7 @@ def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
             dst.zero_()
             run()
             ctx.sync()
-            return int((dst.cpu() != src.cpu()).sum().item())
+            return count_wrong(dst.cpu(), src.cpu())
 
         # the host memory's own speed between the copies: a numpy copy of the same size
         cpu_copy = kind == "host_copy" and ctx.device.type == "cpu"

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from gpuprof.machine.groups import GroupSpec
+from gpuprof.probes._check import byte_pattern, count_wrong
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, Scope, make_scopes, run_cases
 from gpuprof.specs.p2p import P2PParams, pair_rounds
@@ -46,10 +47,6 @@ def round_specs(num_nodes: int, gpus_per_node: int) -> list[GroupSpec]:
             )
         )
     return specs
-
-
-def _pattern(count: int, source: int, device: torch.device) -> torch.Tensor:
-    return ((torch.arange(count, dtype=torch.int32) + 7 * source) % 251).to(torch.uint8).to(device)
 
 
 def _exchange(
@@ -88,7 +85,7 @@ def _exchange(
 
 def _case(ctx: Context, mode: str, size: int, peer: int, group: Any) -> Case:
     def build() -> Prepared:
-        send = _pattern(size, ctx.rank, ctx.device)
+        send = byte_pattern(size, ctx.rank, ctx.device)
         recv = torch.zeros(size, dtype=torch.uint8, device=ctx.device)
         run = _exchange(ctx, mode, peer, send, recv, group)
         receives = mode != "uni" or ctx.rank > peer
@@ -96,7 +93,7 @@ def _case(ctx: Context, mode: str, size: int, peer: int, group: Any) -> Case:
         def check() -> int:
             recv.zero_()
             run()
-            return int((recv != _pattern(size, peer, ctx.device)).sum().item()) if receives else 0
+            return count_wrong(recv, byte_pattern(size, peer, ctx.device)) if receives else 0
 
         return Prepared(run=run, check=check)
 
