@@ -413,3 +413,48 @@ def test_a_gh200_host_copy_is_judged_against_nvlink_c2c() -> None:
     summary = summarize_memory(frame, {0: "NVIDIA GH200 480GB"})
     # nvbandwidth measured 346 GB/s host to device on GH200 (NVIDIA/nvbandwidth#23): 77% of 450
     assert summary["pct_of_peak"].iloc[0] == pytest.approx(100 * 346 / 450, rel=0.01)
+
+
+GOLDEN_H100 = ROOT / "tests" / "data" / "h100-80gb-hbm3"
+
+
+def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None:
+    """The ci suite as it ran on one H100 80GB HBM3 (torch 2.11 + CUDA 13.0, NCCL 2.28.9),
+    kept as scripts/gpu-smoke.sh keeps it (shards, no parquet). Read here without a GPU: every
+    copy checked right; pinned copies at PCIe Gen5 x16's measured ~55 of 63 GB/s; the device
+    copy near the ~3.0 TB/s (read + written) others measure of 3.35; bf16 matmuls at 70-75%
+    of 989 TFLOP/s, because the telemetry shows them at the power limit (SwPowerCap, clocks
+    down from 1980 MHz), which the advice says; the sampler watched the rank's own GPU."""
+    from gpuprof import open_run
+    from gpuprof.advice import telemetry as telemetry_advice
+    from gpuprof.analysis.summary import Analyzed, summarize_run
+
+    run_dir = tmp_path / "0001_ci"
+    shutil.copytree(GOLDEN_H100, run_dir)
+    run = open_run(run_dir)
+    assert run.info["device"] == "cuda" and run.info["backend"] == "nccl"
+    memory = summarize_run(run, "memory").set_index("kind")
+    assert memory["nwrong"].sum() == 0
+    assert 50 <= memory.loc["h2d_pinned", "bandwidth_gbps"] <= 60
+    assert 50 <= memory.loc["d2h_pinned", "bandwidth_gbps"] <= 60
+    assert 2800 <= memory.loc["d2d", "bandwidth_gbps"] <= 3100
+    assert memory.loc["d2d", "pct_of_peak"] == pytest.approx(
+        100 * memory.loc["d2d", "bandwidth_gbps"] / 3350, rel=1e-3
+    )
+    compute = summarize_run(run, "compute").set_index("dtype")
+    assert 650 <= compute.loc["bfloat16", "tflops"] <= 800
+    assert compute.loc["float8", "tflops"] > compute.loc["bfloat16", "tflops"]
+    assert compute.loc["float32", "tflops"] < compute.loc["tf32", "tflops"]
+    capped = telemetry_advice.findings(Analyzed(run))
+    assert len(capped) == 1 and "(compute) ran at the GPU's power limit (SwPowerCap)" in capped[0]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for what in ("h2d_pinned", "d2d", "bf16 matmul", "sampled GPUs", "GPU"):
+        assert any(line.startswith(f"ok    0001_ci {what}") for line in lines), done.stdout
+    assert not any(line.startswith(("n/a", "CHECK")) for line in lines), done.stdout
