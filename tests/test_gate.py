@@ -570,3 +570,33 @@ def test_a_baseline_too_noisy_to_see_a_20_percent_change_says_so() -> None:
     # a minimum effect of its own above the threshold is what the user asked for
     loose = compare(synthetic(cases, runs=8, seed=8), synthetic(cases, 1, 9), min_effect=0.9)
     assert blind_spots(loose) == []
+
+
+def _trend_steps(scales: list[dict[str, float]], seed: int = 7) -> list[set[str]]:
+    """The cases that step at each run of a trend of runs made with these scales."""
+    from gpuprof.gate.trend import trend_points
+
+    cases = {"quiet-fast": (100.0, 0.01, "higher"), "quiet-slow": (50.0, 0.01, "lower")}
+    sides = [
+        Side(label=f"r{i}", measured=synthetic(cases, runs=1, seed=seed + i, scale=scale),
+             fingerprint=FP, runs=[{"status": "complete"}])
+        for i, scale in enumerate(scales)
+    ]  # fmt: skip
+    return [set(p.steps["case"]) if len(p.steps) else set() for p in trend_points(sides, None)]
+
+
+def test_a_trend_finds_a_step_right_after_another() -> None:
+    """A step (one case 20% faster at run 3: on a noisy runner, noise can do that) hid a 5x
+    slowdown at the next run, of that case and of every other: each case kept the level of
+    the last step of any case, and one run at a level says nothing about the noise. Now each
+    case has its own level, and right after its step it is judged across the step."""
+    flat: dict[str, float] = {}
+    quicker = {"quiet-fast": 1.2}
+    slow = {"quiet-fast": 1 / 5, "quiet-slow": 5.0}
+    assert _trend_steps([flat, flat, flat, quicker, slow]) == [
+        set(), set(), set(), {"quiet-fast"}, {"quiet-fast", "quiet-slow"}
+    ]  # fmt: skip
+    # a step is found once: the run after it, at the same new level, is no second step
+    assert _trend_steps([flat, flat, flat, quicker, quicker, quicker]) == [
+        set(), set(), set(), {"quiet-fast"}, set(), set()
+    ]  # fmt: skip
