@@ -5,6 +5,7 @@ Each test names the defect it guards against; each failed on the code before the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -458,3 +459,22 @@ def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     for what in ("h2d_pinned", "d2d", "bf16 matmul", "sampled GPUs", "GPU"):
         assert any(line.startswith(f"ok    0001_ci {what}") for line in lines), done.stdout
     assert not any(line.startswith(("n/a", "CHECK")) for line in lines), done.stdout
+
+
+def test_a_rank_names_its_gpu_as_nvml_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H100, run.json's ranks[].gpu_uuid was torch's bare 'b61e325a-...' while
+    nodes[].gpus[].uuid was NVML's 'GPU-b61e325a-...' (nvmlDeviceGetUUID: 'GPU-' then the
+    hex), so the two never matched; the bus id came out in NVML's form already."""
+    from gpuprof.probes.sweep import rank_info
+
+    props = SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3", uuid="b61e325a-d558-a3e9-973f-2fa41cdebcfa",
+        pci_domain_id=0, pci_bus_id=0, pci_device_id=6,
+    )  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    cuda = torch.device("cuda", 0)
+    ctx = SimpleNamespace(rank=0, local_rank=0, node_rank=0, host="vm", device=cuda)
+    info = rank_info(ctx)  # type: ignore[arg-type]
+    golden = json.loads((GOLDEN_H100 / "run.json").read_text())
+    assert info["gpu_uuid"] == golden["nodes"][0]["gpus"][0]["uuid"]
+    assert info["pci_bus_id"] == golden["nodes"][0]["gpus"][0]["pci_bus_id"]

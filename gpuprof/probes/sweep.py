@@ -44,7 +44,9 @@ def rank_info(ctx: Context) -> dict[str, Any]:
     if ctx.device.type == "cuda":
         props = torch.cuda.get_device_properties(ctx.device)
         info["gpu_name"] = props.name
-        info["gpu_uuid"] = str(getattr(props, "uuid", ""))
+        uuid = str(getattr(props, "uuid", ""))  # torch prints it bare: b61e325a-d558-...
+        known = not uuid or uuid.startswith(("GPU-", "MIG-"))
+        info["gpu_uuid"] = uuid if known else f"GPU-{uuid}"  # NVML's form, as in nodes[].gpus
         bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
         if None not in bus:  # NVML's form (upper case), so it joins the NVML topology
             info["pci_bus_id"] = normalize_bus_id(f"{bus[0]:x}:{bus[1]:x}:{bus[2]:x}.0")
