@@ -336,18 +336,21 @@ def test_preset_machines(preset: str) -> None:
     assert peaks is not None and peaks.model == model
 
 
+def smoke_check(folder: Path) -> subprocess.CompletedProcess[str]:
+    """scripts/gpu_smoke_check.py on the runs in `folder`."""
+    script = ROOT / "scripts" / "gpu_smoke_check.py"
+    return subprocess.run(
+        [sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=120
+    )
+
+
 def test_gpu_smoke_checker_reads_a_run_and_keeps_golden_data(
     two_rank_run: Path, tmp_path: Path
 ) -> None:
     """The GPU smoke script's checker, on the CPU run this machine can make: it reads the
     run, says the GPU checks do not apply, and keeps a copy without derived files."""
     shutil.copytree(two_rank_run, tmp_path / "0001_one-gpu")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = smoke_check(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not a GPU run" in done.stdout and "verdict: every check passed" in done.stdout
     golden = tmp_path / "golden-gpu"
@@ -448,12 +451,7 @@ def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     assert compute.loc["float32", "tflops"] < compute.loc["tf32", "tflops"]
     capped = telemetry_advice.findings(Analyzed(run))
     assert len(capped) == 1 and "(compute) ran at the GPU's power limit (SwPowerCap)" in capped[0]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = smoke_check(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     for what in ("h2d_pinned", "d2d", "bf16 matmul", "sampled GPUs", "GPU"):

@@ -129,7 +129,7 @@ def _steps_since(
 def _beyond(row: Mapping[Any, Any], level: float | None, min_effect: float) -> bool:
     """Whether the run moved beyond the minimum effect from the case's level at its last step,
     the way its verdict says (no level: a case that has not stepped yet)."""
-    if level is None or not level:
+    if not level:
         return True
     change = float(row["cand"]) / level - 1
     worse = change if row["better"] == "lower" else -change
