@@ -572,6 +572,52 @@ def test_a_baseline_too_noisy_to_see_a_20_percent_change_says_so() -> None:
     assert blind_spots(loose) == []
 
 
+def _ranked(spreads: dict[tuple[int, int], list[float]], scale: float = 1.0) -> Measured:
+    """Host copies keyed by (rank, size) with these per-run medians (times `scale`)."""
+    values = [
+        {
+            "probe": "memory",
+            "metric": "bandwidth_gbps",
+            "better": "higher",
+            "key": case_key({"kind": "host_copy", "rank": rank, "size_bytes": size}),
+            "case": f"memory rank={rank} host_copy {size}",
+            "run": run,
+            "value": value * scale,
+            "throttled": False,
+            "nwrong": 0.0,
+        }
+        for (rank, size), medians in spreads.items()
+        for run, value in enumerate(medians)
+    ]
+    return Measured(
+        values=pd.DataFrame(values, columns=VALUE_COLUMNS),
+        samples=pd.DataFrame([], columns=SAMPLE_COLUMNS),
+    )
+
+
+def test_ranks_of_one_case_share_their_spread() -> None:
+    """Two ranks run the same host copy; in the baseline's 10 runs rank 0's agreed by luck and
+    rank 1 had two slow ones: both are judged on their pooled spread (rank 0's own would make
+    a threshold at the minimum effect), each against its own median. Copies of two sizes on
+    one rank are not replicates: each keeps its own spread."""
+    quiet = [20.0, 20.1, 19.9, 20.0, 20.2, 19.8, 20.0, 20.1, 19.9, 20.0]
+    slow_twice = [20.0, 20.3, 19.7, 14.5, 20.1, 19.9, 20.2, 15.0, 19.8, 20.0]
+    base = _ranked({(0, 1): quiet, (1, 1): [v * 1.1 for v in slow_twice]})
+    table = compare(base, _ranked({(0, 1): [18.4], (1, 1): [22.0 * 0.92]})).set_index("case")
+    pooled = table.loc["memory rank=0 host_copy 1", "threshold_pct"]
+    assert pooled == pytest.approx(table.loc["memory rank=1 host_copy 1", "threshold_pct"])
+    assert pooled > 15
+    # 8% slower on both: the copy whose own runs agreed by luck is not named, nor its twin
+    assert set(table["verdict"]) == {"inconclusive"}
+    sizes = _ranked({(0, 1): quiet, (0, 2): slow_twice})
+    table = compare(sizes, _ranked({(0, 1): [18.4], (0, 2): [18.4]})).set_index("case")
+    assert table.loc["memory rank=0 host_copy 1", "threshold_pct"] == pytest.approx(
+        100 * (1 - 1 / 1.05)  # its own 0.5% spread: the minimum effect
+    )
+    assert table.loc["memory rank=0 host_copy 1", "verdict"] == "regression"
+    assert table.loc["memory rank=0 host_copy 2", "threshold_pct"] > 15
+
+
 def _trend_steps(scales: list[dict[str, float]], seed: int = 7) -> list[set[str]]:
     """The cases that step at each run of a trend of runs made with these scales."""
     from gpuprof.gate.trend import trend_points

@@ -8,8 +8,9 @@ A case regresses when both hold:
 
 1. **Beyond its threshold.** Its median moved the wrong way by more than its threshold: the
    larger of the minimum effect (5%) and z x the between-run spread. The spread is the standard
-   deviation of the baseline runs' medians on a log scale, moderated toward the typical spread
-   of the same probe, metric and scope (`_moderated`); it is scaled by the spread of the
+   deviation of the baseline runs' medians on a log scale, pooled over the ranks that run the
+   same case (`_over_ranks`) and moderated toward the typical spread of the same probe, metric
+   and scope (`_moderated`); it is scaled by the spread of the
    difference of the two sides' medians of K baseline and J candidate runs
    (`_median_variance`). z is Student's t quantile at 1 - alpha/M for M compared case-metrics
    (Bonferroni), with the spread's degrees of freedom (K - 1, + PRIOR_RUNS where moderated):
@@ -162,6 +163,42 @@ PRIOR_RUNS = 3  # the weight, in runs, of the probe-metric's typical variance
 MIN_POOL = 3  # cases a typical spread is taken from
 
 
+def _over_ranks(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each case's between-run variance (log scale) pooled with the same case's on the other
+    ranks, and the degrees of freedom behind it. Ranks that run the same case (a host copy of
+    one size, a matmul of one shape: the key apart from its rank) on devices the check has
+    found alike are replicates: their spreads estimate one spread, and from ten runs each one
+    rank's can come out several times the other's by luck. On a 2-core VM the two ranks' CPU
+    matmuls each ran 30-40% slower for a whole run in about one run in seven; a baseline of 10
+    runs held two such runs on rank 1 and none on rank 0, whose threshold then came out at
+    5.8% (rank 1's at 24%), and rank 0's slow runs were named in 4 of 15 unchanged checks.
+    The pooled variance is the mean weighted by K - 1 per rank (a pooled two-sample variance);
+    each rank keeps its own median: ranks may differ in level (a GPU further from the CPU),
+    not, by assumption, in noise. The degrees of freedom add up as if the ranks' runs were
+    independent; a whole run that is slow on every rank makes them fewer, so Student's t is
+    somewhat low for such cases (3.3 instead of 3.7 at alpha 0.05 over 21 cases, 18 against
+    9 degrees of freedom)."""
+    own = part["spread"].to_numpy(float) ** 2
+    known = ~np.isnan(own)
+    df = np.where(known, np.maximum(part["base_runs"].to_numpy(float) - 1, 0), 0.0)
+    twin = [
+        json.dumps({k: v for k, v in json.loads(key).items() if k != "rank"}, sort_keys=True)
+        for key in part["key"]
+    ]
+    groups = pd.DataFrame(
+        {
+            "probe": part["probe"].to_numpy(),
+            "metric": part["metric"].to_numpy(),
+            "twin": twin,
+            "sum": df * np.nan_to_num(own),
+            "df": df,
+        }
+    ).groupby(["probe", "metric", "twin"])
+    total = groups["df"].transform("sum").to_numpy(float)
+    mean = groups["sum"].transform("sum").to_numpy(float) / np.where(total > 0, total, 1)
+    return np.where(total > 0, mean, own), total
+
+
 def _moderated(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each case's between-run spread moderated toward its pool's typical one (empirical
     Bayes, as limma moderates gene variances), and the degrees of freedom behind it. A pool is
@@ -169,14 +206,14 @@ def _moderated(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     network link are different noise). A variance from K runs weighs K - 1, the median variance
     of a pool of at least MIN_POOL cases weighs PRIOR_RUNS: a case whose few runs agreed by luck
     is not trusted to be much quieter than its neighbours, nor one wild run to make it much
-    noisier. NaN where neither is known (one-run baselines)."""
-    own = part["spread"].to_numpy(float) ** 2
+    noisier. A case's own variance is first pooled over its ranks (`_over_ranks`). NaN where
+    neither is known (one-run baselines)."""
+    own, weight = _over_ranks(part)
     scope = [json.loads(k).get("scope", "") for k in part["key"]]
     pools = part.assign(v=own, scope=scope).groupby(["probe", "metric", "scope"])["v"]
     typical = pools.transform("median").to_numpy(float)
     pooled = pools.transform("count").to_numpy(float) >= MIN_POOL
     prior_weight = np.where(pooled, PRIOR_RUNS, 0.0)
-    weight = np.maximum(part["base_runs"].to_numpy(float) - 1, 0)
     known = ~np.isnan(own)
     total = weight + prior_weight
     blended = np.where(
@@ -256,9 +293,9 @@ def method_lines() -> list[str]:
         "probe's own summary); per-iteration samples are the probe's summary of single "
         f"iterations ({SAMPLE_SLOTS} per run, spread evenly).",
         "Threshold: the larger of the minimum effect and z x the spread of the baseline runs' "
-        "medians (log scale; moderated toward the median spread of the same probe, metric and "
-        "scope) x sqrt(1/K + 1/J) for K and J runs, z Student's t quantile at 1 - alpha/M (with "
-        "the spread's degrees of freedom) over "
+        "medians (log scale; pooled over the ranks that run the same case, and moderated toward "
+        "the median spread of the same probe, metric and scope) x sqrt(1/K + 1/J) for K and J "
+        "runs, z Student's t quantile at 1 - alpha/M (with the spread's degrees of freedom) over "
         "the M compared case-metrics (Bonferroni).",
         "Noise test: a one-sided Mann-Whitney U test of the iteration samples (scipy.stats), "
         "Benjamini-Hochberg corrected over all case-metrics; q < alpha.",
