@@ -13,9 +13,10 @@ A case regresses when both hold:
    and scope (`_moderated`); it is scaled by the spread of the
    difference of the two sides' medians of K baseline and J candidate runs
    (`_median_variance`). z is Student's t quantile at 1 - alpha/M for M compared case-metrics
-   (Bonferroni), with the spread's degrees of freedom (K - 1, + PRIOR_RUNS where moderated):
-   drift between runs, which no test on one run's iterations can see, crosses the threshold in
-   any of the M cases of an unchanged check with probability at most about alpha.
+   (Bonferroni), with the spread's degrees of freedom (K - 1 per rank pooled, + PRIOR_RUNS
+   where moderated): drift between runs, which no test on one run's iterations can see,
+   crosses the threshold in any of the M cases of an unchanged check with probability at most
+   about alpha.
 2. **Against the noise inside the runs.** A one-sided Mann-Whitney U test of the candidate's
    iteration samples against the baseline's (scipy.stats.mannwhitneyu), with the
    Benjamini-Hochberg correction over every case-metric of the check
