@@ -30,17 +30,12 @@ import torch.distributed as dist
 
 from gpuprof.machine.env import CASE_LINES_ENV, this_host
 from gpuprof.machine.groups import GroupSpec
+from gpuprof.probes import _timing
 from gpuprof.probes._canary import Canary
 from gpuprof.probes._faults import raise_if_asked
 from gpuprof.probes._logs import Tee, tee_output
 from gpuprof.probes._memory import OutOfMemory, raise_oom_if_asked
-from gpuprof.probes._timing import (
-    slowdown_for,
-    stretched,
-    time_interleaved,
-    time_iterations,
-    warm_up,
-)
+from gpuprof.probes._timing import slowdown_for, stretched, time_interleaved, time_iterations
 from gpuprof.probes._transfer import Shipper
 from gpuprof.probes._watchdog import Watchdog
 from gpuprof.runs.records import (
@@ -306,7 +301,7 @@ def measure(
             return prepared.timed(iters)
         return time_iterations(ctx.device, prepared.run, iters), {}
 
-    cost_us = warm_up(timed, max(1, budget.warmup_iters), prepared.timed is not None)
+    cost_us = _timing.warm_up(timed, max(1, budget.warmup_iters), prepared.timed is not None)
     nwrong = prepared.check() if prepared.check else None
     per_iter_s = agreed_max(ctx, cost_us / 1e6, scope.group)
     iters = iterations_for(budget, per_iter_s)
