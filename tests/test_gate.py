@@ -572,8 +572,8 @@ def test_a_baseline_too_noisy_to_see_a_20_percent_change_says_so() -> None:
     assert blind_spots(loose) == []
 
 
-def _ranked(spreads: dict[tuple[int, int], list[float]], scale: float = 1.0) -> Measured:
-    """Host copies keyed by (rank, size) with these per-run medians (times `scale`)."""
+def _ranked(spreads: dict[tuple[int, int], list[float]]) -> Measured:
+    """Host copies keyed by (rank, size) with these per-run medians."""
     values = [
         {
             "probe": "memory",
@@ -582,7 +582,7 @@ def _ranked(spreads: dict[tuple[int, int], list[float]], scale: float = 1.0) -> 
             "key": case_key({"kind": "host_copy", "rank": rank, "size_bytes": size}),
             "case": f"memory rank={rank} host_copy {size}",
             "run": run,
-            "value": value * scale,
+            "value": value,
             "throttled": False,
             "nwrong": 0.0,
         }
