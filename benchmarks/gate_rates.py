@@ -3,7 +3,7 @@
     python benchmarks/gate_rates.py --out /tmp/gate [--checks 60] [--device cpu]
         [--scenarios stored-same,stored-probe,stored-uniform,stored-memdrift,ab-same,ab-real]
         [--baseline-runs 10] [--records FILE] [--report-only]
-        [--check-args "--no-confirm"] [--pool C]
+        [--check-args "--no-confirm"] [--pool C] [--since ISO] [--across-baselines]
 
 Stored baseline (`gpuprof check --baseline`, the machine-wide factor removed):
 1. a baseline from `--baseline-runs` separate runs of the ci suite;
@@ -386,6 +386,14 @@ def main() -> None:
     parser.add_argument(
         "--pool", type=int, default=0, metavar="C", help="judge the kept runs again, C at a time"
     )
+    parser.add_argument(
+        "--since", default="", metavar="ISO", help="report the checks made at or after this time"
+    )
+    parser.add_argument(
+        "--across-baselines",
+        action="store_true",
+        help="report the stored checks of several baselines together (each its own window)",
+    )
     args = parser.parse_args()
     extra = shlex.split(args.check_args)
     scenarios = [s for s in args.scenarios.split(",") if s]
@@ -409,9 +417,20 @@ def main() -> None:
     for scenario in scenarios:
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for check in load(args.records, scenario):
-            groups[group(check)].append(check)
+            if check["checked_at"] < args.since:
+                continue
+            if args.across_baselines and scenario.startswith("stored"):
+                groups[group({**check, "baseline": "ANY"})].append(check)
+            else:
+                groups[group(check)].append(check)
         for name, checks in groups.items():
-            summary(scenario, name, checks)
+            bases = sorted({str(c.get("baseline")) for c in checks})
+            which = f"{len(bases)} baselines, each checked in its own window"
+            summary(
+                scenario,
+                name.replace("baseline ANY", f"baseline {bases[0]}" if len(bases) == 1 else which),
+                checks,
+            )
             if scenario == "ab-real":
                 score_real(checks)
 
