@@ -195,15 +195,17 @@ def load(records: Path, scenario: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["scenario"] == scenario]
 
 
-def group(check: dict[str, Any]) -> str:
-    """What a scenario's checks are counted and summarised by: its baseline (stored), its
-    kind of machine (A/B), the arguments its checks were given, how many runs a pooled
-    judgement took, other work beside it and the way of measuring."""
-    name = (
-        f"baseline {check['baseline']} ({check['host']})"
-        if check["scenario"].startswith("stored")
-        else str(check["host"])
-    )
+def group(check: dict[str, Any], across_baselines: bool = False) -> str:
+    """What a scenario's checks are counted and summarised by: its baseline (stored; with
+    `across_baselines`, every baseline's checks together), its kind of machine (A/B), the
+    arguments its checks were given, how many runs a pooled judgement took, other work beside
+    it and the way of measuring."""
+    if not check["scenario"].startswith("stored"):
+        name = str(check["host"])
+    elif across_baselines:
+        name = f"each baseline checked in its own window ({check['host']})"
+    else:
+        name = f"baseline {check['baseline']} ({check['host']})"
     if check.get("check_args"):
         name += f", check {check['check_args']}"
     if check.get("pooled"):
@@ -312,6 +314,9 @@ def summary(scenario: str, name: str, checks: list[dict[str, Any]]) -> None:
     print(f"  {len(checks)} checks; exit codes {dict(sorted(codes.items()))}; "
           f"wall median {statistics.median(walls):.0f} s, worst {max(walls):.0f} s")  # fmt: skip
     if scenario.startswith("stored"):
+        bases = {c["baseline"] for c in checks}
+        if len(bases) > 1:
+            print(f"  {len(bases)} baselines: {', '.join(sorted(map(str, bases)))}")
         shifts = Counter((c.get("machine") or {}).get("verdict") for c in checks)
         print(f"  machine factor verdicts: {dict(shifts)}")
         canaries = [k for c in checks for k in (c.get("machine") or {}).get("canaries", [])]
@@ -417,20 +422,10 @@ def main() -> None:
     for scenario in scenarios:
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for check in load(args.records, scenario):
-            if check["checked_at"] < args.since:
-                continue
-            if args.across_baselines and scenario.startswith("stored"):
-                groups[group({**check, "baseline": "ANY"})].append(check)
-            else:
-                groups[group(check)].append(check)
+            if check["checked_at"] >= args.since:
+                groups[group(check, args.across_baselines)].append(check)
         for name, checks in groups.items():
-            bases = sorted({str(c.get("baseline")) for c in checks})
-            which = f"{len(bases)} baselines, each checked in its own window"
-            summary(
-                scenario,
-                name.replace("baseline ANY", f"baseline {bases[0]}" if len(bases) == 1 else which),
-                checks,
-            )
+            summary(scenario, name, checks)
             if scenario == "ab-real":
                 score_real(checks)
 
