@@ -220,6 +220,50 @@ def test_a_case_with_a_canary_is_judged_against_it_not_the_machine() -> None:
     assert sorted(table.loc[table["verdict"] == "regression", "case"]) == named
 
 
+def test_a_canary_that_drifts_apart_from_its_case_names_nothing() -> None:
+    """What this VM showed for an hour: the numpy copy (the canary) 11-20% faster than in its
+    baseline beside a torch copy whose bandwidth held. Against its canary the copy looks 15%
+    slower; as measured it did not move: the check calls it inconclusive, says why, and passes.
+    A copy slower both as measured and against its canary is still named; a host whose memory
+    got slower (copy and canary alike) names nothing."""
+    from gpuprof.gate.check import run_check
+    from gpuprof.gate.sides import Side
+
+    rng = np.random.default_rng(3)
+    cases = [(probe, c) for probe in ("a", "b", "c") for c in range(3)]
+    k = 8
+    base = _with_memory(
+        _measured({c: list(100 * np.exp(rng.normal(0, 0.02, k))) for c in cases}),
+        list(20 * np.exp(rng.normal(0, 0.02, k))),
+        list(22 * np.exp(rng.normal(0, 0.02, k))),
+    )
+    others = _measured({c: [100 * math.exp(rng.normal(0, 0.02))] for c in cases})
+    fingerprint = {"device": "cpu", "versions": {"gpuprof": "x"}}
+
+    def check(memory: float, canary: float) -> tuple[list[str], list[str], list[str]]:
+        cand = _with_memory(others, [memory], [canary])
+        result = run_check(
+            Side(label="base", measured=base, fingerprint=fingerprint),
+            Side(label="cand", measured=cand, fingerprint=fingerprint, runs=[]),
+            allow_mismatch=True,
+        )
+        table = result.table
+        named = sorted(table.loc[table["verdict"] == "regression", "case"])
+        doubted = sorted(table.loc[table["verdict"] == "inconclusive", "case"])
+        return named, doubted, result.notes
+
+    memory = ["memory rank=0", "memory rank=1"]
+    named, doubted, notes = check(20.0, 22 * 1.18)  # the canary drifted, the copy did not
+    assert named == [] and doubted == memory
+    assert sum("against its canary" in n and "as measured" in n for n in notes) == 2
+    cand = _with_memory(others, [20.0], [22 * 1.18])  # without asking both: two regressions
+    _, base_adj, cand_adj = machine_factor(base, cand, min_effect=DELTA, alpha=ALPHA)
+    table = compare(base_adj, cand_adj, min_effect=DELTA, alpha=ALPHA)
+    assert sorted(table.loc[table["verdict"] == "regression", "case"]) == memory
+    assert check(20 / 1.2, 22.0)[0] == memory  # a slower copy kernel: named
+    assert check(15.0, 22 * 0.75)[:2] == ([], [])  # a slower host memory: nothing
+
+
 def _mkl_slows_matmul() -> bool:
     """Whether MKL's most compatible code path (SSE2) slows a matmul here more than 1.5x."""
     code = (

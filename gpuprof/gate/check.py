@@ -14,9 +14,9 @@ import pandas as pd
 
 from gpuprof import registry
 from gpuprof.errors import UsageError
-from gpuprof.gate.machine import MachineFactor, machine_factor
+from gpuprof.gate.machine import MachineFactor, canary_cases, machine_factor
 from gpuprof.gate.sides import MUST_MATCH, Side, differences, version_notes
-from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, verdict_counts
+from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, in_order, verdict_counts
 
 
 @dataclass
@@ -83,6 +83,14 @@ def run_check(
         if not factor.estimated and not factor.canaries:
             factor = None
     table = compare(base_m, cand_m, min_effect=min_effect, alpha=alpha, effects=effects)
+    if factor is not None and factor.canaries:
+        raw = compare(
+            baseline.measured, candidate.measured, min_effect=min_effect, alpha=alpha,
+            effects=effects,
+        )  # fmt: skip
+        cases = canary_cases(baseline.measured, candidate.measured)
+        table, found = as_measured_too(table, raw, cases)
+        notes += found
     notes += blind_spots(table)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0
     if factor is not None and fail_on_machine_shift and factor.shifted:
@@ -100,6 +108,44 @@ def run_check(
         summary=verdict_counts(table),
         machine=factor,
     )
+
+
+CALLED = ("regression", "improvement")
+
+
+def as_measured_too(
+    table: pd.DataFrame, raw: pd.DataFrame, cases: set[tuple[str, str, str]]
+) -> tuple[pd.DataFrame, list[str]]:
+    """The verdicts of the case-metrics judged against their canaries (`cases`) called only
+    where their change as measured (`raw`: against the baseline's values, nothing removed) is
+    called the same way: a regression must be slower than its canary says and slower than its
+    baseline, or else it is "inconclusive" (an intersection-union test: both tests at level
+    alpha, the pair at alpha too). A canary that drifts on its own (a numpy copy 15% faster
+    for an hour beside an unmoved torch copy) then names nothing, a host whose memory got
+    slower (case and canary alike) still names nothing, and a slower copy kernel is named by
+    both; what it cannot see is a regression hidden by a machine that got as much faster.
+    Also a note per case so changed."""
+    if table.empty or raw.empty or not cases:
+        return table, []
+    as_measured = {
+        (str(r["probe"]), str(r["metric"]), str(r["key"])): r for r in raw.to_dict("records")
+    }
+    table = table.copy()
+    notes = []
+    for i, row in table.iterrows():
+        ident = (str(row["probe"]), str(row["metric"]), str(row["key"]))
+        other = as_measured.get(ident)
+        if ident not in cases or row["verdict"] not in CALLED or other is None:
+            continue
+        if other["verdict"] == row["verdict"]:
+            continue
+        table.loc[i, "verdict"] = "inconclusive"
+        notes.append(
+            f"{row['case']} [{row['metric']}]: {row['change_pct']:+.1f}% against its canary "
+            f"({row['verdict']}) but {other['change_pct']:+.1f}% as measured "
+            f"({other['verdict']}): inconclusive, the canary moved apart from the case"
+        )
+    return in_order(table), notes
 
 
 BLIND = 0.20  # a case that cannot be called below a change this large is a blind spot

@@ -19,6 +19,9 @@ shared host's memory bandwidth can fall by a quarter within an hour while its co
 speed, which one factor for every case cannot follow. Such a case's factor, in every run on
 both sides, is its canary's log ratio to the baseline's median canary; the canary's own shift
 is reported as a line of its own, and the machine-wide factor comes from the other cases.
+A canary can drift against its case too (a numpy copy 11-20% faster than in its baseline, for
+an hour, beside a torch copy whose bandwidth held within 3%): `gpuprof.gate.check` calls such a
+case only where its change as measured agrees.
 """
 
 from __future__ import annotations
@@ -213,6 +216,13 @@ def canary_logs(base: Measured, cand: Measured) -> tuple[np.ndarray, np.ndarray]
         return np.asarray(-np.log(values["canary"].to_numpy(float) / ref), dtype=float)
 
     return logs(base.values), logs(cand.values)
+
+
+def canary_cases(base: Measured, cand: Measured) -> set[tuple[str, str, str]]:
+    """The case-metrics (probe, metric, key) judged against their canaries."""
+    _, cand_own = canary_logs(base, cand)
+    rows = cand.values.loc[np.isfinite(cand_own), KEYS].drop_duplicates()
+    return {(str(p), str(m), str(k)) for p, m, k in rows.itertuples(index=False)}
 
 
 def canary_shifts(

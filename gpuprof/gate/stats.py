@@ -119,9 +119,13 @@ def compare(
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    table = _verdicts(table, alpha)
+    return in_order(_verdicts(table, alpha))
+
+
+def in_order(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's rows failures first (in VERDICTS order), then by the size of the move."""
     order = {v: i for i, v in enumerate(VERDICTS)}
-    table["_order"] = table["verdict"].map(order)
+    table = table.assign(_order=table["verdict"].map(order))
     table["_move"] = -table["change_pct"].abs().fillna(0)
     table = table.sort_values(["_order", "_move"], kind="stable").drop(columns=["_order", "_move"])
     return table.reset_index(drop=True)
