@@ -551,6 +551,10 @@ def test_a_canary_runs_between_the_iterations_with_its_own_fault_factor() -> Non
     # each canary's value counts its work as the case does: 2 n^3 FLOP, read plus written
     assert MatmulCanary(64).value([2.0, 1.0, 3.0]) == pytest.approx(2 * 64**3 / 2.0 / 1e6)
     assert HostCopyCanary(1000).value([1.0, 4.0, 2.0]) == pytest.approx(2 * 1000 / 2.0 / 1e3)
+    copy = HostCopyCanary(1 << 20)  # and does it: every byte of its source copied
+    copy.dst[...] = 0
+    copy.run()
+    assert (copy.dst == 7).all() and copy.src.ctypes.data != copy.dst.ctypes.data
 
 
 def test_a_baseline_too_noisy_to_see_a_20_percent_change_says_so() -> None:

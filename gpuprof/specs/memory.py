@@ -71,7 +71,8 @@ SPEC = ProbeSpec(
             column="bandwidth_gbps",
             better="higher",
             keys=(*DEVICE_KEYS, "kind", "size_bytes"),
-            canary="host memory bandwidth (a numpy copy between the host copy's iterations)",
+            canary="host memory bandwidth (a numpy elementwise copy between the host copy's "
+            "iterations)",
         ),
     ),
     ci_devices=("cpu", "cuda"),
