@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpuprof import registry
 from gpuprof.errors import UsageError
-from gpuprof.gate.machine import MachineFactor, canary_cases, machine_factor
+from gpuprof.gate.machine import MachineFactor, machine_factor
 from gpuprof.gate.sides import MUST_MATCH, Side, differences, version_notes
 from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, in_order, verdict_counts
 
@@ -83,13 +83,12 @@ def run_check(
         if not factor.estimated and not factor.canaries:
             factor = None
     table = compare(base_m, cand_m, min_effect=min_effect, alpha=alpha, effects=effects)
-    if factor is not None and factor.canaries:
+    if factor is not None and factor.canary_cases:
         raw = compare(
             baseline.measured, candidate.measured, min_effect=min_effect, alpha=alpha,
             effects=effects,
         )  # fmt: skip
-        cases = canary_cases(baseline.measured, candidate.measured)
-        table, found = as_measured_too(table, raw, cases)
+        table, found = as_measured_too(table, raw, factor.canary_cases)
         notes += found
     notes += blind_spots(table)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0
@@ -114,7 +113,7 @@ CALLED = ("regression", "improvement")
 
 
 def as_measured_too(
-    table: pd.DataFrame, raw: pd.DataFrame, cases: set[tuple[str, str, str]]
+    table: pd.DataFrame, raw: pd.DataFrame, cases: frozenset[tuple[str, str, str]]
 ) -> tuple[pd.DataFrame, list[str]]:
     """The verdicts of the case-metrics judged against their canaries (`cases`) called only
     where their change as measured (`raw`: against the baseline's values, nothing removed) is
@@ -137,7 +136,7 @@ def as_measured_too(
         other = as_measured.get(ident)
         if ident not in cases or row["verdict"] not in CALLED or other is None:
             continue
-        if other["verdict"] == row["verdict"]:
+        if other["verdict"] == row["verdict"]:  # both tests call it
             continue
         table.loc[i, "verdict"] = "inconclusive"
         notes.append(

@@ -58,6 +58,8 @@ class MachineFactor:
     canaries: tuple[CanaryShift, ...] = ()
     estimated: bool = True  # False: too few probes to tell the machine from one probe
     probes: int = 0  # the probes compared, when not estimated
+    # the case-metrics (probe, metric, key) judged against their canaries
+    canary_cases: frozenset[tuple[str, str, str]] = frozenset()
 
     @property
     def pct(self) -> float:
@@ -218,13 +220,6 @@ def canary_logs(base: Measured, cand: Measured) -> tuple[np.ndarray, np.ndarray]
     return logs(base.values), logs(cand.values)
 
 
-def canary_cases(base: Measured, cand: Measured) -> set[tuple[str, str, str]]:
-    """The case-metrics (probe, metric, key) judged against their canaries."""
-    _, cand_own = canary_logs(base, cand)
-    rows = cand.values.loc[np.isfinite(cand_own), KEYS].drop_duplicates()
-    return {(str(p), str(m), str(k)) for p, m, k in rows.itertuples(index=False)}
-
-
 def canary_shifts(
     base: Measured,
     cand: Measured,
@@ -280,6 +275,8 @@ def machine_factor(
     False) and those cases keep their raw ratios."""
     base_own, cand_own = canary_logs(base, cand)
     shifts = canary_shifts(base, cand, base_own, cand_own, min_effect=min_effect, alpha=alpha)
+    covered = cand.values.loc[np.isfinite(cand_own), KEYS].drop_duplicates()
+    cases = frozenset((str(p), str(m), str(k)) for p, m, k in covered.itertuples(index=False))
     rest_base, rest_cand = _without(base, base_own), _without(cand, cand_own)
     if probes_compared(rest_base, rest_cand) < MIN_PROBES:
         rest_base, rest_cand = base, cand
@@ -293,10 +290,11 @@ def machine_factor(
             canaries=shifts,
             estimated=False,
             probes=probes_compared(base, cand),
+            canary_cases=cases,
         )
         return found, adjust(base, 0.0, base_own), adjust(cand, 0.0, cand_own)
     found, per_run = _machine_wide(rest_base, rest_cand, min_effect=min_effect, alpha=alpha)
-    found = replace(found, canaries=shifts)
+    found = replace(found, canaries=shifts, canary_cases=cases)
     return found, adjust(base, per_run, base_own), adjust(cand, found.factor, cand_own)
 
 
