@@ -17,6 +17,7 @@ import pytest
 
 from gpuprof.analysis.measured import (
     SAMPLE_COLUMNS,
+    SAMPLE_SLOTS,
     VALUE_COLUMNS,
     Measured,
     _with_slots,
@@ -650,3 +651,100 @@ def test_a_trend_finds_a_step_right_after_another() -> None:
     assert _trend_steps([flat, flat, flat, quicker, quicker, quicker]) == [
         set(), set(), set(), {"quiet-fast"}, set(), set()
     ]  # fmt: skip
+
+
+def _runs(count: int, start: str, step_s: float) -> list[dict[str, Any]]:
+    """Run entries of a side, measured `step_s` apart from `start`."""
+    t0 = pd.Timestamp(start)
+    return [
+        {
+            "run_id": f"{i + 1:04d}_r",
+            "path": f"/runs/{start}/{i}",
+            "created_utc": (t0 + pd.Timedelta(seconds=i * step_s)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "status": "complete",
+        }
+        for i in range(count)
+    ]
+
+
+def test_extending_a_baseline_keeps_every_run_and_weighs_them_alike(tmp_path: Path) -> None:
+    """A baseline file extended with runs of another window holds all the runs (their medians
+    in order); its capped iteration sample is stretched back to its runs' count before the new
+    runs' samples join, so 5 old runs weigh 5/7 of the pooled sample, not 60 values against
+    2 x 30; it refuses other software and runs it already holds."""
+    from gpuprof.gate.baseline import extended
+
+    old_m = synthetic(CASES, runs=5, seed=21, iters=30)
+    path = tmp_path / "base.json"
+    old = Side(label="b", measured=old_m, fingerprint=FP, runs=_runs(5, "2026-11-20T00:00", 30))
+    path.write_text(json.dumps(baseline_json(old)))
+    slower = {"quiet-slow": 1.3}  # the new window's runs, apart
+    new_m = synthetic(CASES, runs=2, seed=22, scale=slower, iters=30)
+    new = Side(label="n", measured=new_m, fingerprint=FP, runs=_runs(2, "2026-11-21T00:00", 30))
+    both = extended(read_baseline(path), new)
+    assert both.measured.num_runs == 7 and len(both.runs) == 7
+    assert both.span_s == pytest.approx(86400 + 30)
+    values = both.measured.values
+    quiet = values[values["case"] == "quiet-slow"].sort_values("run")["value"].to_numpy()
+    assert np.all(quiet[5:] > 1.2 * np.median(quiet[:5]))  # the new runs, as runs 5 and 6
+    samples = both.measured.samples
+    key = case_key({"case": "quiet-slow"})
+    mine = samples[samples["key"] == key]["value"].to_numpy()
+    assert len(mine) == 5 * SAMPLE_SLOTS + 2 * 30
+    assert np.mean(mine > 1.15 * 50) == pytest.approx(60 / 160, abs=0.02)
+    # written and read again: what a check of the next night reads
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(baseline_json(both)))
+    assert read_baseline(again).measured.num_runs == 7
+    newer = {**FP, "versions": {**FP["versions"], "torch": "2.14"}}
+    with pytest.raises(UsageError, match=r"torch 2\.13\.0 != 2\.14"):
+        extended(read_baseline(path), Side("n", new_m, newer, _runs(2, "2026-11-21T00:00", 30)))
+    with pytest.raises(UsageError, match="already in baseline"):
+        extended(read_baseline(path), old)
+
+
+def test_a_regression_named_against_a_one_window_baseline_says_so() -> None:
+    """Where a case is named, the check says when the baseline's runs were all measured within
+    an hour (its thresholds cannot know the hour-to-hour drift); a baseline gathered over a
+    day, or a check that names nothing, gets no such note."""
+    base = synthetic(CASES, runs=6, seed=31)
+    cand = Side("c", synthetic(CASES, runs=2, seed=32, scale={"quiet-slow": 1.3}), FP, [])
+    same = Side("c", synthetic(CASES, runs=2, seed=32), FP, [])
+
+    def notes(runs: list[dict[str, Any]], candidate: Side) -> list[str]:
+        baseline = Side("b", base, FP, runs)
+        result = run_check(baseline, candidate, machine=False)
+        return [n for n in result.notes if "measured within" in n]
+
+    window = _runs(6, "2026-11-20T00:00", 30)  # 2.5 minutes
+    found = notes(window, cand)
+    assert len(found) == 1 and "6 runs were measured within 2 min" in found[0]
+    assert "--extend" in found[0] and "--reference-python" in found[0]
+    assert notes(_runs(6, "2026-11-20T00:00", 4 * 3600), cand) == []
+    assert notes(window, same) == []
+
+
+def test_baseline_extend_on_the_command_line(tmp_path: Path, gp: Gp) -> None:
+    """`gpuprof baseline RUN --extend FILE -o FILE` adds a run of another window and says
+    over how long the runs were measured; a run the file holds, or a missing file, exits 2 and
+    leaves the file as it was."""
+    data = Path(__file__).parent / "data" / "p2p-mesh-slow-link"
+    first, later = tmp_path / "runs" / "0001_a", tmp_path / "runs" / "0002_b"
+    shutil.copytree(data, first)
+    shutil.copytree(data, later)
+    info = json.loads((later / "run.json").read_text())
+    info.update(run_id="0002_b", created_utc="2026-11-23T06:42:31Z")  # 12 hours later
+    (later / "run.json").write_text(json.dumps(info))
+    base = tmp_path / "perf" / "base.json"
+    made = gp("baseline", str(first), "-o", str(base))
+    assert made.code == 0 and "one run" in made.out, made.err
+    before = base.read_bytes()
+    twice = gp("baseline", str(first), "--extend", str(base), "-o", str(base))
+    assert twice.code == 2 and "already in baseline" in twice.err
+    missing = gp("baseline", str(later), "--extend", str(tmp_path / "no.json"), "-o", str(base))
+    assert missing.code == 2 and "no baseline file" in missing.err
+    assert base.read_bytes() == before
+    grown = gp("baseline", str(later), "--extend", str(base), "-o", str(base))
+    assert grown.code == 0, grown.err
+    assert "from 2 run(s) measured over 12.0 h" in grown.out and "one window" not in grown.out
+    assert read_baseline(base).measured.num_runs == 2

@@ -20,29 +20,58 @@ from gpuprof.text import fixed_width
 @click.argument("runs", metavar="RUN...", nargs=-1, required=True)
 @click.option("-o", "output", required=True, type=click.Path(), help="baseline file to write")
 @click.option(
+    "--extend",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="a baseline file whose runs the new baseline holds too (-o may be the same file)",
+)
+@click.option(
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
 )
 @out_option
-def baseline(runs: tuple[str, ...], output: str, fmt: str, out: str) -> None:
+def baseline(runs: tuple[str, ...], output: str, extend: str | None, fmt: str, out: str) -> None:
     """Write a baseline file (JSON, small enough to commit) from complete runs of one plan.
 
-    Example: gpuprof sweep --suite ci --repeats 5 && gpuprof baseline 0001 0002 0003 0004 0005
+    A health baseline is best gathered over several windows (hours, days): runs of one window
+    know its run-to-run noise, not how far a case drifts on its own from hour to hour.
+
+    Examples: gpuprof sweep --suite ci --repeats 5 && gpuprof baseline 0001 0002 0003 0004 0005
+    -o baseline.json; the next night: gpuprof baseline latest --extend baseline.json
     -o baseline.json
     """
     # deferred: loads pandas, scipy
-    from gpuprof.gate.baseline import write_baseline
+    from gpuprof.gate.baseline import read_baseline, write_baseline
+    from gpuprof.gate.sides import WINDOW_S
     from gpuprof.runs.store import open_run
 
     opened = [open_run(spec, out) for spec in runs]
-    data = write_baseline(opened, Path(output))
-    if fmt == "json":  # what was written: file, case-metrics, runs
-        summary = {"baseline": output, "case_metrics": len(data["cases"]), "runs": len(opened)}
+    data = write_baseline(opened, Path(output), Path(extend) if extend else None)
+    span = read_baseline(Path(output)).span_s
+    count = len(data["runs"])
+    if fmt == "json":  # what was written: file, case-metrics, runs, the time they span
+        summary = {
+            "baseline": output,
+            "case_metrics": len(data["cases"]),
+            "runs": count,
+            "span_s": None if span is None else round(span, 1),
+        }
         click.echo(json.dumps(summary, indent=1))
         return
-    click.echo(
-        f"{output}: {len(data['cases'])} case-metrics from {len(opened)} run(s)"
-        + ("" if len(opened) > 1 else " (one run: thresholds will be --min-effect alone)")
-    )
+    line = f"{output}: {len(data['cases'])} case-metrics from {count} run(s)"
+    if count == 1:
+        line += " (one run: thresholds will be --min-effect alone)"
+    elif span is not None:
+        line += (
+            f" measured over {span / 3600:.1f} h"
+            if span >= 3600
+            else f" within {span / 60:.0f} min"
+        )
+        if span < WINDOW_S:
+            line += (
+                " (one window: add runs of other hours or days with --extend, or a case's own "
+                "drift between them may be named as a regression)"
+            )
+    click.echo(line)
 
 
 def writable(path: str | None) -> Path | None:

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuprof.analysis.measured import SAMPLE_COLUMNS, VALUE_COLUMNS, Measured
+from gpuprof.analysis.measured import SAMPLE_COLUMNS, SAMPLE_SLOTS, VALUE_COLUMNS, Measured
 from gpuprof.errors import UsageError
-from gpuprof.gate.sides import Side, side_of_runs
+from gpuprof.gate.sides import MUST_MATCH, Side, differences, side_of_runs, version_notes
 from gpuprof.runs.store import DEFAULT_OUT, Run, open_run, utc_now, write_json_atomic
 
 FORMAT = "gpuprof-baseline"
@@ -72,8 +72,9 @@ def baseline_json(side: Side) -> dict[str, Any]:
     }
 
 
-def write_baseline(runs: list[Run], path: Path) -> dict[str, Any]:
-    """Write the baseline file of `runs` (atomically, creating its folder); its content."""
+def write_baseline(runs: list[Run], path: Path, extend: Path | None = None) -> dict[str, Any]:
+    """Write the baseline file of `runs` (atomically, creating its folder), or of the runs of
+    the baseline file `extend` and `runs` (`extended`); its content."""
     if path.is_dir():
         raise UsageError(f"cannot write {path}: it is a folder", "give a file name, e.g. base.json")
     seen: dict[Path, str] = {}
@@ -85,13 +86,66 @@ def write_baseline(runs: list[Run], path: Path) -> dict[str, Any]:
                 "give each run once: a baseline's spread comes from different runs",
             )
         seen[where] = str(run.path)
-    data = baseline_json(side_of_runs(runs))
+    side = side_of_runs(runs)
+    if extend is not None:
+        if not extend.is_file():
+            raise UsageError(
+                f"no baseline file {extend}", "make one: gpuprof baseline RUN... -o FILE"
+            )
+        side = extended(read_baseline(extend), side)
+    data = baseline_json(side)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, data)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     return data
+
+
+def extended(old: Side, new: Side) -> Side:
+    """A baseline's runs and more runs of the same plan and software, as one side: how a
+    health baseline gathers runs of several windows (a nightly job adds its runs), so that
+    its spread holds the machine's drift between hours and days, not only between the runs
+    of one window. The file keeps a capped sample of iterations per case, not each run's:
+    they are stretched back to as many values as its runs had (SAMPLE_SLOTS per run,
+    interpolated between its quantiles) before the new runs' samples join them, so that
+    every run weighs alike."""
+    diff = differences(old.fingerprint, new.fingerprint, MUST_MATCH) + version_notes(
+        old.fingerprint, new.fingerprint
+    )
+    if diff:
+        raise UsageError(
+            f"the runs differ from baseline {old.label}: {'; '.join(diff)}",
+            "extend a baseline with runs of its plan and software; else make a new baseline",
+        )
+    known = {(r.get("run_id"), r.get("created_utc")) for r in old.runs}
+    again = [r for r in new.runs if (r.get("run_id"), r.get("created_utc")) in known]
+    if again:
+        raise UsageError(
+            f"run {again[0]['path']} is already in baseline {old.label}",
+            "extend a baseline with runs it does not hold",
+        )
+    keys = ["probe", "metric", "key"]
+    k = old.measured.num_runs
+    stretched = []
+    for ident, part in old.measured.samples.groupby(keys, sort=False):
+        kept = np.sort(part["value"].to_numpy(float))
+        count = max(len(kept), k * SAMPLE_SLOTS)
+        where = np.linspace(0, 1, count)
+        values = np.interp(where, np.linspace(0, 1, len(kept)), kept) if len(kept) > 1 else kept
+        stretched.append(pd.DataFrame(dict(zip(keys, ident, strict=True)) | {"value": values}))
+    values = new.measured.values.assign(run=new.measured.values["run"] + k)
+    return Side(
+        label=old.label,
+        measured=Measured(
+            values=pd.concat([old.measured.values, values], ignore_index=True),
+            samples=pd.concat([*stretched, new.measured.samples], ignore_index=True)[
+                SAMPLE_COLUMNS
+            ],
+        ),
+        fingerprint=old.fingerprint,
+        runs=[*old.runs, *new.runs],
+    )
 
 
 def read_baseline(path: Path) -> Side:

@@ -15,7 +15,7 @@ import pandas as pd
 from gpuprof import registry
 from gpuprof.errors import UsageError
 from gpuprof.gate.machine import MachineFactor, machine_factor
-from gpuprof.gate.sides import MUST_MATCH, Side, differences, version_notes
+from gpuprof.gate.sides import MUST_MATCH, WINDOW_S, Side, differences, version_notes
 from gpuprof.gate.stats import ALPHA, FAILING, MIN_EFFECT, compare, in_order, verdict_counts
 
 
@@ -90,7 +90,7 @@ def run_check(
         )  # fmt: skip
         table, found = as_measured_too(table, raw, factor.canary_cases)
         notes += found
-    notes += blind_spots(table)
+    notes += blind_spots(table) + one_window(baseline, table)
     code = 1 if len(table) and table["verdict"].isin(FAILING).any() else 0
     if factor is not None and fail_on_machine_shift and factor.shifted:
         code = 1
@@ -145,6 +145,24 @@ def as_measured_too(
             f"({other['verdict']}): inconclusive, the canary moved apart from the case"
         )
     return in_order(table), notes
+
+
+def one_window(baseline: Side, table: pd.DataFrame) -> list[str]:
+    """A note, where a regression is named, when the baseline's runs were all measured within
+    WINDOW_S: its thresholds know the runs' noise in that window, not how far a case drifts on
+    its own between hours or days, which a regression named against it may be."""
+    span = baseline.span_s
+    named = "verdict" in table and bool((table["verdict"] == "regression").any())
+    if span is None or span >= WINDOW_S or not named:
+        return []
+    runs = len(baseline.runs)
+    return [
+        f"the baseline's {runs} runs were measured within {max(span / 60, 1):.0f} min: its "
+        "thresholds hold their noise in that window, not how far a case drifts on its own "
+        "between hours or days (the named cases may be such drift): gather the baseline over "
+        "several windows (gpuprof baseline RUN... --extend FILE), or check A/B in one window "
+        "(--reference-python)"
+    ]
 
 
 BLIND = 0.20  # a case that cannot be called below a change this large is a blind spot

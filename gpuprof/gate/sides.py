@@ -5,6 +5,7 @@ shape, the suite, the software versions) and where its runs came from."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gpuprof.analysis import gpu_model
@@ -15,6 +16,10 @@ from gpuprof.runs.store import Run
 # fingerprint fields that must agree for numbers to be comparable (the rest are notes): the
 # suite too, since its budgets and iteration counts are part of what a case's number means
 MUST_MATCH = ("device", "device_model", "num_nodes", "gpus_per_node", "suite", "model")
+# a baseline whose runs span less than this was measured in one window: its spread is the
+# runs' noise in that window, not how far a case drifts on its own between hours (on a shared
+# 2-core VM, the DDP step and the CPU matmuls 10-20% apart from the machine factor for an hour)
+WINDOW_S = 3600.0
 
 
 def fingerprint(info: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +66,21 @@ class Side:
     @property
     def complete(self) -> bool:
         return all(r.get("status") == "complete" for r in self.runs)
+
+    @property
+    def span_s(self) -> float | None:
+        """Seconds from its first run's start to its last's (None: fewer than two runs with
+        a start time)."""
+        starts = sorted(filter(None, (_utc(r.get("created_utc")) for r in self.runs)))
+        return starts[-1] - starts[0] if len(starts) > 1 else None
+
+
+def _utc(stamp: Any) -> float | None:
+    """An ISO UTC time stamp as seconds since the epoch (None if it is not one)."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _run_entry(run: Run) -> dict[str, Any]:
