@@ -4,6 +4,7 @@
         [--scenarios stored-same,stored-probe,stored-uniform,stored-memdrift,ab-same,ab-real]
         [--baseline-runs 10] [--records FILE] [--report-only]
         [--check-args "--no-confirm"] [--pool C] [--since ISO] [--across-baselines]
+        [--window-baseline ISO]
 
 Stored baseline (`gpuprof check --baseline`, the machine-wide factor removed):
 1. a baseline from `--baseline-runs` separate runs of the ci suite;
@@ -27,6 +28,15 @@ A/B in the same window (`gpuprof check --reference-python`, this interpreter on 
    by MKL, are unchanged. Every case's true ratio is taken from all the checks' pairs pooled; a
    check detects when it names a case that is 1.15x or more slower, and names exactly when it
    names no case under 1.05x; per band of true slowdown, how often its cases are named.
+
+--window-baseline ISO: a second baseline from the first baseline's runs and every run of the
+stored-same checks (unchanged code) made against it before ISO: runs gathered over a longer
+window, as a nightly health job gathers them, so that its spread holds the machine's drift from
+hour to hour, not only from run to run. Then every stored check made against the first
+baseline at or after ISO is judged again against it, on the runs it measured, as it judged
+them: its first runs; all of them where those name a regression and it had measured more to
+confirm (where it had not, its alarm stands unconfirmed: counted as an alarm). Its records
+carry "rejudged" (when the check was made) and the original check's wall time.
 
 Each check's result is appended as one line to --records (default
 benchmarks/results/gate_rates.jsonl, kept in the repository): its verdict per case (ratio,
@@ -210,6 +220,8 @@ def group(check: dict[str, Any], across_baselines: bool = False) -> str:
         name += f", check {check['check_args']}"
     if check.get("pooled"):
         name += f", {check['pooled']} runs pooled"
+    if check.get("rejudged"):
+        name += ", checks made earlier judged again"
     if check.get("load"):
         name += f", {check['load']}"
     if check.get("method", 1) != METHOD:
@@ -294,6 +306,62 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
             record = {**compact(data, scenario, baseline, []), "method": method}
             f.write(json.dumps(record) + "\n")
         print(f"  {scenario} pooled {count}: {used} runs, exit {data['exit']}", flush=True)
+
+
+def window_baseline(out: Path, base: Path, records: Path, until: str) -> Path:
+    """The baseline of `base`'s runs and the runs of the stored-same checks made against it
+    before `until` (made once, then kept)."""
+    path = out / f"base-until-{until.replace(':', '')}.json"
+    if path.exists():
+        return path
+    first = baseline_id(base)
+    earlier = [
+        r for r in load(records, "stored-same")
+        if r["baseline"] == first and r["checked_at"] < until and r.get("runs")
+        and not r.get("pooled") and not r.get("rejudged")
+    ]  # fmt: skip
+    folders = [run["path"] for run in json.loads(base.read_text())["runs"]]
+    folders += [p for r in earlier for p in r["runs"]]
+    made = sh([*GPUPROF, "baseline", *folders, "-o", str(path)])
+    if made.returncode != 0:
+        sys.exit(f"gpuprof baseline failed: {made.stderr}")
+    print(f"  window baseline {baseline_id(path)}: {len(folders)} runs ({len(earlier)} checks' "
+          f"runs before {until} and {len(folders) - sum(len(r['runs']) for r in earlier)} of "
+          f"the first baseline)", flush=True)  # fmt: skip
+    return path
+
+
+def rejudge(scenario: str, base: Path, window: Path, records: Path, until: str) -> None:
+    """Judge again, against `window`, the checks of `scenario` made against `base` at or
+    after `until`, each on its own runs as it judged them (see --window-baseline)."""
+    first, second = baseline_id(base), baseline_id(window)
+    kept = load(records, scenario)
+    done = {r["rejudged"] for r in kept if r["baseline"] == second and r.get("rejudged")}
+    todo = [
+        r for r in kept
+        if r["baseline"] == first and r["checked_at"] >= until and r.get("runs")
+        and not r.get("pooled") and not r.get("rejudged") and r["checked_at"] not in done
+    ]  # fmt: skip
+    for r in todo:
+        runs = [Path(p) for p in r["runs"]]
+        measured = len(runs) // 2 if r.get("confirmed") else len(runs)
+        chunk = [(p, json.loads((p / "run.json").read_text())) for p in runs]
+        data = judge(window, chunk[:measured])
+        used = measured
+        if data["exit"] == 1 and measured < len(runs):
+            data, used = judge(window, chunk), len(runs)
+        data.update(
+            wall_s=r["wall_s"],
+            confirmed=used > measured,
+            rejudged=r["checked_at"],
+            unconfirmed=data["exit"] == 1 and measured == len(runs),
+        )
+        record = {**compact(data, scenario, second, []), "method": r.get("method", 1)}
+        record.update(rejudged=r["checked_at"], unconfirmed=data["unconfirmed"])
+        with records.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"  {scenario} {r['checked_at']} judged again: exit {data['exit']} "
+              f"(was {r['exit']}), {used} runs", flush=True)  # fmt: skip
 
 
 def named(check: dict[str, Any]) -> set[str]:
@@ -399,6 +467,12 @@ def main() -> None:
         action="store_true",
         help="report the stored checks of several baselines together (each its own window)",
     )
+    parser.add_argument(
+        "--window-baseline",
+        default="",
+        metavar="ISO",
+        help="judge the stored checks made from ISO on against a baseline of the runs before it",
+    )
     args = parser.parse_args()
     extra = shlex.split(args.check_args)
     scenarios = [s for s in args.scenarios.split(",") if s]
@@ -412,8 +486,13 @@ def main() -> None:
         base = args.out / "base.json"
         if any(s.startswith("stored") for s in scenarios):
             base = make_baseline(args.out, args.baseline_runs, args.device)
+        window = window_baseline(args.out, base, args.records, args.window_baseline) if (
+            args.window_baseline) else None  # fmt: skip
         for scenario in scenarios:
-            if args.pool:
+            if window is not None:
+                if scenario.startswith("stored"):
+                    rejudge(scenario, base, window, args.records, args.window_baseline)
+            elif args.pool:
                 if scenario.startswith("stored"):
                     pool(scenario, args.out, base, args.records, args.pool)
             else:
