@@ -705,7 +705,7 @@ def test_extending_a_baseline_keeps_every_run_and_weighs_them_alike(tmp_path: Pa
 
 def test_a_regression_named_against_a_one_window_baseline_says_so() -> None:
     """Where a case is named, the check says when the baseline's runs were all measured within
-    an hour (its thresholds cannot know the hour-to-hour drift); a baseline gathered over a
+    20 minutes (its thresholds cannot know the hour-to-hour drift); a baseline gathered over a
     day, or a check that names nothing, gets no such note."""
     base = synthetic(CASES, runs=6, seed=31)
     cand = Side("c", synthetic(CASES, runs=2, seed=32, scale={"quiet-slow": 1.3}), FP, [])
