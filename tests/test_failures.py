@@ -239,3 +239,42 @@ def test_a_rank_that_raises_leaves_its_traceback_and_every_ranks_log(
     assert set(logs) == {"rank-00000.log", "rank-00001.log"}
     assert "all_reduce float32 1 KiB" in logs["rank-00000.log"]  # the case lines rank 0 printed
     assert "RuntimeError: test fault" in logs["rank-00001.log"]
+
+
+def test_the_rank_that_raised_comes_before_a_rank_stopped_with_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 raised and wrote why; torchrun names it as the first failure and ends the group,
+    stopping rank 0 inside the collective before it could write anything (a race CI once lost:
+    rank 0 was then named first). Rank 1 comes first, rank 0 after it; with no rank lost (a
+    hang), a silent rank still comes first."""
+    from dataclasses import dataclass, field
+
+    from gpuprof.runs import finish
+
+    events = {
+        "skip": [],
+        "failure": [
+            {
+                "rank": 1,
+                "host": "h",
+                "probe": "collectives",
+                "case_id": "c",
+                "error": "E",
+                "traceback": "Traceback ... RuntimeError",
+            }
+        ],
+        "in_flight": [{"rank": 0, "host": "h", "probe": "collectives", "case_id": "c"}],
+    }
+    monkeypatch.setattr(finish, "run_events", lambda run_dir, since_ns=0: events)
+
+    @dataclass
+    class End:
+        returncode: int = 1
+        reason: str | None = None
+        lost: dict[int, str] = field(default_factory=dict)
+
+    raised = finish._failures(tmp_path, End(lost={1: "rank process exited with 1"}), 0)
+    assert [f["rank"] for f in raised] == [1, 0]
+    assert "traceback" in raised[0] and "no record after this case started" in raised[1]["error"]
+    assert [f["rank"] for f in finish._failures(tmp_path, End(), 0)] == [0, 1]

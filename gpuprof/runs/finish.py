@@ -51,20 +51,25 @@ def _failures(run_dir: Path, supervised: JobEnd | None, since_ns: int) -> list[d
     silent = [r for r in in_flight if r not in wrote]
     # a lost rank that wrote why (its exception and traceback) is named by that record, first
     written.sort(key=lambda f: f["rank"] not in supervised.lost)
-    culprits = []
-    for rank in [r for r in sorted(supervised.lost) if r not in wrote] or silent:
+
+    def silent_entry(rank: int) -> dict[str, Any]:
         marker = in_flight.get(rank, {})
         why = supervised.lost.get(rank, "no record after this case started")
-        culprits.append(
-            {
-                "rank": rank,
-                "host": marker.get("host", this_host()),
-                "probe": marker.get("probe"),
-                "case_id": marker.get("case_id"),
-                "error": f"{why}; {reason}",
-            }
-        )
-    failures = culprits + written
+        return {
+            "rank": rank,
+            "host": marker.get("host", this_host()),
+            "probe": marker.get("probe"),
+            "case_id": marker.get("case_id"),
+            "error": f"{why}; {reason}",
+        }
+
+    # who failed first: the lost ranks (the launcher saw them die or stop) that wrote nothing;
+    # with none lost, the ranks silent inside a case (hung). A rank silent beside a lost rank
+    # that wrote why was stopped with the job (torchrun ends the group when one rank exits,
+    # and a rank stopped inside a collective writes nothing): named after it
+    first = [r for r in sorted(supervised.lost) if r not in wrote] if supervised.lost else silent
+    after = [r for r in silent if r not in first]
+    failures = [silent_entry(r) for r in first] + written + [silent_entry(r) for r in after]
     plain = f"{reason}, and no rank recorded why (torchrun's output above says)"
     return failures or [
         {"rank": None, "host": None, "probe": None, "case_id": None, "error": plain}
