@@ -40,13 +40,13 @@ def baseline(runs: tuple[str, ...], output: str, extend: str | None, fmt: str, o
     -o baseline.json
     """
     # deferred: loads pandas, scipy
-    from gpuprof.gate.baseline import read_baseline, write_baseline
-    from gpuprof.gate.sides import WINDOW_S
+    from gpuprof.gate.baseline import write_baseline
+    from gpuprof.gate.sides import WINDOW_S, span_s
     from gpuprof.runs.store import open_run
 
     opened = [open_run(spec, out) for spec in runs]
     data = write_baseline(opened, Path(output), Path(extend) if extend else None)
-    span = read_baseline(Path(output)).span_s
+    span = span_s(data["runs"])
     count = len(data["runs"])
     if fmt == "json":  # what was written: file, case-metrics, runs, the time they span
         summary = {

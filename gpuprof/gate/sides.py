@@ -5,13 +5,12 @@ shape, the suite, the software versions) and where its runs came from."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from gpuprof.analysis import gpu_model
 from gpuprof.analysis.measured import Measured, measure_run
 from gpuprof.errors import UsageError
-from gpuprof.runs.store import Run
+from gpuprof.runs.store import Run, utc_seconds
 
 # fingerprint fields that must agree for numbers to be comparable (the rest are notes): the
 # suite too, since its budgets and iteration counts are part of what a case's number means
@@ -71,18 +70,14 @@ class Side:
 
     @property
     def span_s(self) -> float | None:
-        """Seconds from its first run's start to its last's (None: fewer than two runs with
-        a start time)."""
-        starts = sorted(filter(None, (_utc(r.get("created_utc")) for r in self.runs)))
-        return starts[-1] - starts[0] if len(starts) > 1 else None
+        return span_s(self.runs)
 
 
-def _utc(stamp: Any) -> float | None:
-    """An ISO UTC time stamp as seconds since the epoch (None if it is not one)."""
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def span_s(runs: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first run's start to the last's (None: fewer than two runs with a
+    start time)."""
+    starts = sorted(t for t in (utc_seconds(r.get("created_utc")) for r in runs) if t is not None)
+    return starts[-1] - starts[0] if len(starts) > 1 else None
 
 
 def _run_entry(run: Run) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.registry import Export, ProbeSpec
-from gpuprof.runs.store import open_run
+from gpuprof.runs.store import open_run, utc_seconds
 
 Sample = tuple[dict[str, Any], float | None]
 
@@ -69,12 +68,6 @@ def _probe_metrics(analyzed: Analyzed, spec: ProbeSpec, base: dict[str, str]) ->
     return [_metric(f"gpuprof_{e.name}", e.help, _samples(rows, e), base) for e in spec.exports]
 
 
-def _seconds(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def prometheus_text(analyzed: Analyzed) -> str:
     """Every metric the run has, as one textfile: each probe's exports (its registry entry
     declares them), then the run's own."""
@@ -115,7 +108,7 @@ def prometheus_text(analyzed: Analyzed) -> str:
             base,
         )
     )
-    start, end = _seconds(info.get("created_utc")), _seconds(info.get("finished_utc"))
+    start, end = utc_seconds(info.get("created_utc")), utc_seconds(info.get("finished_utc"))
     metrics.append(
         _metric(
             "gpuprof_run_end_timestamp_seconds",

@@ -11,6 +11,7 @@ import os
 import re
 import time
 from collections import defaultdict
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,17 @@ def resume_plan(run_dir: Path) -> SweepPlan:
 def utc_now() -> str:
     """Now, as run.json writes times (ISO 8601, UTC)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def utc_seconds(stamp: Any) -> float | None:
+    """A time as run.json writes it (`utc_now`), in seconds since the epoch; None when there
+    is none, or it is not one."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def resolve_run(spec: str | Path, out: Path = DEFAULT_OUT) -> Path:
