@@ -146,10 +146,11 @@ def test_a_run_on_the_same_hardware_keeps_its_own_fits_inside_the_node() -> None
 
 
 class _Run:
-    """What the report's published figure reads of a run: its device and GPUs."""
+    """What the report's published figure reads of a run: its device and GPUs (where a real
+    run.json has them: each rank's `gpu_name`)."""
 
     def __init__(self, device: str, gpu: str) -> None:
-        self.info = {"device": device, "nodes": [{"gpu_name": gpu}]}
+        self.info = {"device": device, "ranks": [{"rank": 0, "gpu_name": gpu}]}
 
 
 def _figure_traces(run: _Run) -> tuple[str, list[dict[str, Any]]]:

@@ -15,7 +15,7 @@ import traceback
 import click
 
 from gpuprof._version import __version__
-from gpuprof.cli import check, env, export, gate, measure, predict, read, trace
+from gpuprof.cli import check, env, export, gate, importing, measure, predict, read, trace
 from gpuprof.errors import GpuprofError
 
 
@@ -39,6 +39,7 @@ for _command in (
     *gate.GATE_COMMANDS,
     *predict.PREDICT_COMMANDS,
     *export.EXPORT_COMMANDS,
+    *importing.IMPORT_COMMANDS,
 ):
     cli.add_command(_command)
 

@@ -269,3 +269,13 @@ def load_system(spec: str) -> System:
         return replace(base, **data) if base is not None else System(**data)
     except TypeError as exc:
         raise UsageError(f"{path}: {exc}", "gpu, arch and gpus_per_node are required") from None
+
+
+def system_from_dict(data: dict[str, Any]) -> System:
+    """A system as a run keeps it (every field, `gpuprof import --hardware`); a UsageError in
+    one line when the fields do not make one."""
+    known = {f.name for f in fields(System)}
+    try:
+        return System(**{k: v for k, v in data.items() if k in known})
+    except TypeError as exc:
+        raise UsageError(f"the run's hardware: {exc}", "give --hardware") from None

@@ -8,8 +8,14 @@ from gpuprof.predict.ddp import DDPBasis
 from gpuprof.predict.whatifs import PredictRequest
 
 
-def source_note(system: System, same: bool) -> str:
-    """Where the collectives come from on a system: the run's fits or the preset."""
+def source_note(system: System, same: bool, calibrated: bool = False) -> str:
+    """Where the collectives come from on a system: the run's measurement, its fits or the
+    preset."""
+    if calibrated:
+        return (
+            f"the run measured {system.gpu}: its collectives calibrate NCCL's model on "
+            f"{system.name} (latency and transfer per size), carried to other shapes"
+        )
     if same:
         return (
             f"the run measured {system.gpu}: inside one node its own fits; across nodes the "

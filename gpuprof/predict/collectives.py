@@ -100,6 +100,7 @@ class Collective:
     rel: float
     algorithm: str
     source: str = "run"  # what it was predicted from: the run's fits, or a preset
+    terms: str = ""  # a calibrated prediction: which terms the measurement gave
 
 
 def predict_collective(

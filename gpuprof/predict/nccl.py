@@ -117,6 +117,7 @@ class Choice:
     algorithm: str
     protocol: str
     busbw_gbps: float
+    latency_us: float = 0.0  # of time_us: the algorithm's latency (the rest moves the bytes)
 
 
 def nvlink_total(system: System) -> float:
@@ -324,8 +325,9 @@ def _latency(shape: _Shape, algo: str, proto: str) -> float:
     return lat + log_nodes * inter / 3.5 + 2.8 * n  # pat
 
 
-def algo_time(shape: _Shape, algo: str, proto: str, size: float) -> float | None:
-    """NCCL's time for one algorithm and protocol (us), or None when it does not apply."""
+def algo_parts(shape: _Shape, algo: str, proto: str, size: float) -> tuple[float, float] | None:
+    """NCCL's time for one algorithm and protocol as (latency, transfer) in us, or None when
+    it does not apply."""
     bus = _busbw(shape, algo, proto)
     if bus <= 0:
         return None
@@ -338,7 +340,7 @@ def algo_time(shape: _Shape, algo: str, proto: str, size: float) -> float | None
         channels = ring_graph(shape.system, shape.nodes).channels
         if size / (channels * shape.ranks) >= 64:  # NCCL's "plateau" latency
             lat *= 1.4
-    return lat + size / (1000 * alg)
+    return lat, size / (1000 * alg)
 
 
 def collective(
@@ -357,17 +359,17 @@ def collective(
         return Choice(time_us=0.0, algorithm="none", protocol="none", busbw_gbps=0.0)
     if op in P2P_OPS:
         return point_to_point(shape, size)
-    best: tuple[float, str, str] | None = None
+    best: tuple[float, str, str, float] | None = None
     for algo in ALGOS if algorithm is None else (algorithm,):
         for proto in PROTOS:
-            time = algo_time(shape, algo, proto, size)
-            if time is not None and (best is None or time < best[0]):
-                best = (time, algo, proto)
+            parts = algo_parts(shape, algo, proto, size)
+            if parts is not None and (best is None or sum(parts) < best[0]):
+                best = (sum(parts), algo, proto, parts[0])
     if best is None:
         raise ValueError(f"no algorithm for {op} over {ranks} ranks of {system.name}")
-    time, algo, proto = best
+    time, algo, proto, latency = best
     busbw = _bus_factor(op, ranks) * size / (time * 1e3)
-    return Choice(time_us=time, algorithm=algo, protocol=proto, busbw_gbps=busbw)
+    return Choice(time, algo, proto, busbw, latency)
 
 
 def point_to_point(shape: _Shape, size: float) -> Choice:
@@ -392,4 +394,4 @@ def point_to_point(shape: _Shape, size: float) -> Choice:
     else:
         time = latency + size / (1000 * (min(nvlink, nic_share) if crosses else nvlink))
         busbw = size / (1000 * time)
-    return Choice(time_us=time, algorithm="send/recv", protocol="Simple", busbw_gbps=busbw)
+    return Choice(time, "send/recv", "Simple", busbw, latency)

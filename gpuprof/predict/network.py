@@ -5,17 +5,19 @@ numbers come from (the `source` column of every table)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpuprof.machine.systems import System
-from gpuprof.predict import nccl
+from gpuprof.predict import calibrate, nccl
 from gpuprof.predict.collectives import Collective, Links, WhatIf, apply_links, predict_collective
 
 # the band of a prediction from NCCL's model: its worst error on the bandwidth-bound published
 # rows (docs/validation.md)
 MODEL_BAND = 0.15
+# the band of a calibrated prediction at another shape: the 90th percentile of its error on the
+# published results held out by scale (docs/validation.md, benchmarks/predict_published.py)
+CALIBRATED_BAND = 0.15
 
 
 class Network(Protocol):
@@ -67,16 +69,7 @@ class SystemNetwork:
     system: System
 
     def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
-        system = self.system
-        if gpus != system.gpus_per_node:  # part of each node: its NICs in proportion
-            per_node = system.domain == system.gpus_per_node
-            system = replace(
-                system,
-                gpus_per_node=gpus,
-                nvlink_domain=0 if per_node else system.nvlink_domain,
-                nics_per_node=max(1, math.ceil(system.nics_per_node * gpus / system.gpus_per_node)),
-            )
-        found = nccl.collective(system, op, nodes * gpus, size)
+        found = nccl.collective(calibrate.at_gpus(self.system, gpus), op, nodes * gpus, size)
         return Collective(
             time_us=found.time_us,
             busbw_gbps=found.busbw_gbps,
@@ -108,3 +101,35 @@ class MixedNetwork:
 
     def changed(self, change: WhatIf) -> MixedNetwork:
         return MixedNetwork(run=self.run.changed(change), system=self.system.changed(change))
+
+
+@dataclass(frozen=True)
+class CalibratedNetwork:
+    """NCCL's model on the system, calibrated by what the run measured on it (its latency
+    and transfer per size, gpuprof.predict.calibrate); where no measurement applies (one node
+    measured, more predicted), `fallback` and a note say so."""
+
+    system: System
+    calibrations: tuple[calibrate.Calibration, ...]
+    fallback: Network
+
+    def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
+        chosen = calibrate.choose(list(self.calibrations), nodes, gpus, self.system.domain)
+        if chosen is None:
+            return self.fallback.collective(op, nodes, gpus, size, backend)
+        got = calibrate.predict(self.system, chosen, nodes, gpus, size)
+        shape = f"{chosen.nodes}x{chosen.gpus}"
+        return Collective(
+            time_us=got.time_us,
+            busbw_gbps=got.busbw_gbps,
+            rel=0.0 if got.measured else CALIBRATED_BAND,
+            algorithm=f"{got.choice.algorithm}/{got.choice.protocol}",
+            source=f"measured {shape}" if got.measured else f"{shape} + {self.system.name}",
+            terms=got.terms,
+        )
+
+    def changed(self, change: WhatIf) -> Network:
+        """A what-if changes the system: the measurement no longer describes it."""
+        if change.nic_gbps is None and change.nics is None:
+            return self
+        return self.fallback.changed(change)

@@ -24,11 +24,19 @@ from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system
 from gpuprof.predict.assumptions import assumptions, source_note
+from gpuprof.predict.calibrate import Calibration
+from gpuprof.predict.calibrations import calibration_notes, calibrations_of, run_system
 from gpuprof.predict.collectives import WhatIf, links_for
 from gpuprof.predict.ddp import DDPBasis, ddp_basis, predict_ddp
 from gpuprof.predict.fits import Fit, fit_collectives, fits_frame
 from gpuprof.predict.nccl import OPS
-from gpuprof.predict.network import FitNetwork, MixedNetwork, Network, SystemNetwork
+from gpuprof.predict.network import (
+    CalibratedNetwork,
+    FitNetwork,
+    MixedNetwork,
+    Network,
+    SystemNetwork,
+)
 from gpuprof.predict.pipeline import pipeline_bases, predict_pipeline
 from gpuprof.predict.whatifs import (
     PredictRequest,
@@ -96,7 +104,7 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
     """Every prediction the run supports; a UsageError when it supports none."""
     info = analyzed.info
     backend = str(info.get("backend") or "gloo")
-    system = load_system(request.hardware) if request.hardware else None
+    system = load_system(request.hardware) if request.hardware else run_system(info)
     gpus = (
         request.gpus
         or (system.gpus_per_node if system else 0)
@@ -120,9 +128,13 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
         except UsageError as exc:
             notes.append(f"DDP not predicted: {exc.message}")
     same = system is not None and same_hardware(analyzed, system)
+    calibrations: dict[tuple[str, str], list[Calibration]] = {}
+    if system is not None and same and analyzed.has(COLLECTIVES):
+        calibrations = calibrations_of(analyzed, system)
     if system is not None:
         backend = "nccl"
-        notes.append(source_note(system, same))
+        notes.append(source_note(system, same, bool(calibrations)))
+        notes += calibration_notes(calibrations, system)
     nets = {
         (f.op, f.dtype): _network(
             FitNetwork(links_for(fits, f.op, f.dtype)), system, same, request, notes
@@ -132,6 +144,9 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
     if system is not None:  # every op NCCL has, in float32, whether the run measured it or not
         for op in OPS:
             nets.setdefault((op, "float32"), _network(None, system, same, request, notes))
+        for key, found in calibrations.items():
+            fallback = nets.get(key) or _network(None, system, same, request, notes)
+            nets[key] = CalibratedNetwork(system, tuple(found), fallback)
     collectives = _collectives(analyzed, request, nets, backend, gpus, notes)
     ddp, whatifs, crossings = _ddp(
         analyzed, request, basis, nets.get(("all_reduce", "float32")), backend, gpus, system, notes
@@ -216,6 +231,7 @@ def _collectives(
                         "busbw_high": got.busbw_gbps * (1 + got.rel),
                         "algorithm": got.algorithm,
                         "source": got.source,
+                        "terms": got.terms,
                     }
                 )
     return pd.DataFrame(rows)

@@ -1,7 +1,9 @@
 """Published nccl-tests results of real clusters (data/published.tsv: system, preset, ranks,
 op, size, metric, value, the NCCL version, the source's URL and a quote of the row) and what
 NCCL's model predicts for each: the set the predictor is validated on (docs/validation.md),
-also drawn in the report beside the model's curves. Stdlib only."""
+also drawn in the report beside the model's curves; and results of one system at several node
+counts (data/published_scales.tsv), predicted held out by scale: calibrated at the smallest
+node count, scored at the larger ones. Stdlib only."""
 
 from __future__ import annotations
 
@@ -11,7 +13,12 @@ from functools import cache
 from pathlib import Path
 
 from gpuprof.machine.systems import PRESETS
+from gpuprof.predict import nccl
+from gpuprof.predict.calibrate import at_gpus as calibration_system
+from gpuprof.predict.calibrate import calibrate, choose
+from gpuprof.predict.calibrate import predict as predict_calibrated
 from gpuprof.predict.nccl import collective
+from gpuprof.specs.collectives import bus_factor
 
 DATA = Path(__file__).resolve().parent / "data" / "published.tsv"
 BOUND = 0.15  # the error bound the validation counts rows within
@@ -59,3 +66,104 @@ def predicted(row: dict[str, str]) -> tuple[float, str]:
 def checked() -> tuple[Checked, ...]:
     """Every published row with its prediction."""
     return tuple(Checked(row, *predicted(row)) for row in rows())
+
+
+SCALES = DATA.parent / "published_scales.tsv"
+SIZE_CLASSES = (("small (< 1 MiB)", 0, 1 << 20), ("mid (1-256 MiB)", 1 << 20, LARGE),
+                ("large (>= 256 MiB)", LARGE, 1 << 62))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One published row at a larger node count than its system's calibration, predicted
+    from that calibration and from the preset alone (times, us)."""
+
+    row: dict[str, str]
+    published: float
+    calibrated: float
+    preset: float
+    calibrated_at: int  # the node count that calibrated it
+
+    @property
+    def error(self) -> float:
+        return self.calibrated / self.published - 1
+
+    @property
+    def preset_error(self) -> float:
+        return self.preset / self.published - 1
+
+    @property
+    def size_class(self) -> str:
+        size = int(self.row["size_bytes"])
+        return next(name for name, low, high in SIZE_CLASSES if low <= size < high)
+
+
+def published_time(row: dict[str, str]) -> float:
+    """The row's time, us: as published, or from its busbw (nccl-tests' bus factor)."""
+    if row["time_us"]:
+        return float(row["time_us"])
+    ranks = int(row["nodes"]) * int(row["gpus_per_node"])
+    return bus_factor(row["op"], ranks) * float(row["size_bytes"]) / float(row["busbw_gbps"]) / 1e3
+
+
+def _series(row: dict[str, str]) -> tuple[str, ...]:
+    """One system, op, GPUs per node and forced algorithm: what one calibration covers."""
+    return (row["system"], row["preset"], row["op"], row["gpus_per_node"], row["algorithm"])
+
+
+def held_out(path: Path = SCALES) -> tuple[list[HeldOut], list[str]]:
+    """Every published row of a system measured at two or more node counts, predicted from
+    the system's smallest node count that crossed nodes (its rows calibrate, none is scored),
+    beside the preset alone; and why rows were left out. One node's rows calibrate one node
+    only (they crossed no network), so they are neither a calibration across nodes nor scored.
+    Nothing is fitted to a scored row."""
+    series: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in rows(path):
+        series.setdefault(_series(row), []).append(row)
+    scored: list[HeldOut] = []
+    left: list[str] = []
+    for key, members in series.items():
+        system_name, preset, op, gpus_text, algorithm = key
+        gpus = int(gpus_text)
+        system = PRESETS[preset]
+        if any(r["collnet"] == "yes" for r in members):
+            system = replace(system, collnet=True)
+        counts = sorted({int(r["nodes"]) for r in members if int(r["nodes"]) > 1})
+        if len(counts) < 2:
+            continue
+        base = counts[0]
+        points = {
+            int(r["size_bytes"]): published_time(r) for r in members if int(r["nodes"]) == base
+        }
+        forced = algorithm if algorithm in nccl.ALGOS else None
+        if algorithm and forced is None:
+            left.append(f"{system_name[:40]} {op} {algorithm}: not in the model")
+            continue
+        found = calibrate(
+            system, op, "float32", base, gpus, sorted(points.items()), system_name, forced
+        )
+        if found is None:
+            left.append(f"{system_name[:40]} {op} {algorithm}: the model cannot calibrate it")
+            continue
+        for row in members:
+            nodes = int(row["nodes"])
+            if nodes <= base:
+                continue
+            size = float(row["size_bytes"])
+            target = calibration_system(system, gpus)
+            alone = nccl.collective(target, op, nodes * gpus, size, forced)
+            chosen = choose([found], nodes, gpus, system.domain)
+            got = predict_calibrated(system, chosen, nodes, gpus, size).time_us if chosen else None
+            scored.append(
+                HeldOut(row, published_time(row), got or alone.time_us, alone.time_us, base)
+            )
+    return scored, left
+
+
+def single_scale_errors(path: Path = DATA) -> list[float]:
+    """The preset alone on the single-scale published rows (time error, as held_out's)."""
+    errors = []
+    for item in checked():
+        error = item.error
+        errors.append(1 / (1 + error) - 1 if item.row["metric"] == "busbw_gbps" else error)
+    return errors

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuprof.analysis import gpu_names
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.machine.systems import System
@@ -43,7 +44,7 @@ def same_hardware(analyzed: Analyzed, system: System) -> bool:
     """Whether the run measured the system's GPU (its fits then describe the same links)."""
     if str(analyzed.info.get("device") or "") != "cuda":
         return False
-    names = {str(n.get("gpu_name") or "") for n in analyzed.info.get("nodes") or []}
+    names = set(gpu_names(analyzed.info).values())
     target = gpu_peaks(system.gpu)
     return bool(target) and any(gpu_peaks(n) == target for n in names if n)
 

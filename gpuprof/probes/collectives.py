@@ -39,6 +39,7 @@ from gpuprof.probes._harness import (
     make_scopes,
     run_cases,
 )
+from gpuprof.runs.records import collective_case_id
 from gpuprof.specs.collectives import CollectivesParams, modes_for
 from gpuprof.units import format_size
 
@@ -260,9 +261,7 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-def case_id(op: str, dtype: str, redop: str, in_place: bool, size_bytes: int) -> str:
-    """Stable id of a case within a scope (the requested size names it)."""
-    return f"{op}.{dtype}.{redop}.{'ip' if in_place else 'oop'}.{size_bytes}"
+case_id = collective_case_id  # the runs' own spelling: imported runs name cases alike
 
 
 def _case(

@@ -19,11 +19,15 @@ import pandas as pd
 from gpuprof import registry
 from gpuprof.analysis.summary import summarize_run
 from gpuprof.errors import UsageError
+from gpuprof.runs.nccl_log import TYPES
 from gpuprof.runs.store import Run
 from gpuprof.specs.collectives import IN_PLACE_ONLY, OUT_OF_PLACE_ONLY
 
-TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+TYPE_NAMES: dict[str, str] = {}  # gpuprof's dtype -> nccl-tests' type name
+ELEMENT_BYTES: dict[str, int] = {}
+for _name, (_dtype, _bytes) in TYPES.items():
+    TYPE_NAMES.setdefault(_dtype, _name)
+    ELEMENT_BYTES.setdefault(_dtype, _bytes)
 PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # count = per-rank elements
 PROGRAMS = {
     "all_reduce": "all_reduce_perf",
@@ -56,11 +60,11 @@ def _body(row: pd.Series | None, measured: pd.Series) -> str:
     return f"  {time:>7}  {algbw:>6}  {busbw:>6}  {float(row['nwrong']):6g}"
 
 
-def _header(program: str, op: str, note: str) -> list[str]:
+def _header(program: str, op: str, note: str, places: set[bool]) -> list[str]:
     lines = [f"# Collective test starting: {program}", f"# gpuprof: {note}"]
-    if op in IN_PLACE_ONLY:
+    if op in IN_PLACE_ONLY and places == {True}:
         lines.append("# gpuprof: torch runs it in place only: out-of-place repeats in-place")
-    if op in OUT_OF_PLACE_ONLY:
+    if op in OUT_OF_PLACE_ONLY and places == {False}:
         lines.append("# gpuprof: torch runs it out of place only: in-place repeats out-of-place")
     blank = ("", "", "", "", "")
     lines += [
@@ -113,7 +117,7 @@ def nccl_tests_text(summary: pd.DataFrame) -> str:
         n = int(str(world))
         groups = summary[(summary["op"] == op) & (summary["scope"] == scope)]["group"].nunique()
         note = f"scope {scope}, {n} ranks" + (f", slowest of {groups} groups" if groups > 1 else "")
-        lines = _header(PROGRAMS[op], op, note)
+        lines = _header(PROGRAMS[op], op, note, {bool(p) for p in rows["in_place"]})
         busbws, wrong = [], 0
         for size_key, by_place in rows.groupby("size_bytes", sort=True):
             size = int(str(size_key))

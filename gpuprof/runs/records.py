@@ -67,6 +67,11 @@ class CaseRecord:
         return {"type": "case", **data}
 
 
+def collective_case_id(op: str, dtype: str, redop: str, in_place: bool, size_bytes: int) -> str:
+    """Stable id of a collectives case within a scope (the requested size names it)."""
+    return f"{op}.{dtype}.{redop}.{'ip' if in_place else 'oop'}.{size_bytes}"
+
+
 def phase_marker(probe: str, case_id: str, where: Where, event: str) -> dict[str, Any]:
     """A `phase` line: `event` is 'start' or 'end', stamped with the wall clock in ns."""
     return {

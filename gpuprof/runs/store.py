@@ -355,6 +355,8 @@ class Run:
         """A table that lost some rank's rows says so (its summaries use the ranks left)."""
         if name == "telemetry" or name.endswith("_timeline"):
             return
+        if self.info.get("source") == "nccl-tests":  # one row per case: nccl-tests' average
+            return
         cases = incomplete_cases(frame)
         if not cases.empty:
             first = cases.iloc[0]

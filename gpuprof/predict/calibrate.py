@@ -1,0 +1,224 @@
+"""Measure small, predict big: NCCL's cost model on a system (gpuprof.predict.nccl) calibrated
+by what was measured on it at a small scale (a gpuprof run on its GPUs, or imported nccl-tests
+logs), carried to other node counts with NCCL's structure. No torch, no pandas.
+
+From one measured shape (N0 nodes x g GPUs) and one op, for every measured size S the model
+at that shape gives the algorithm and protocol NCCL would pick, its latency L0(S) and its
+transfer time T0(S) (the rest of its time). Two things are derived, each from the
+measurement only:
+
+- the latency scale `lat = median(t0 / L0)` over the sizes the model calls latency-bound
+  (T0 <= L0 / 10): what a message, a step, a hop costs on this system against NCCL's
+  constants (its network stack, its PCIe, its software);
+- the bandwidth factor `bw(S) = (t0(S) - lat x L0(S)) / T0(S)` at every size whose transfer
+  is at least a tenth of the latency (T0 >= L0 / 10): how much longer than the model the bytes
+  take at that size (the line rate reached, the protocol switches NCCL made on this system);
+  between measured sizes interpolated in log2(size), beyond them the nearest, never below a
+  tenth (a measured time under the scaled latency says the latency is over-counted there).
+
+At another shape the model picks the algorithm and protocol as NCCL would (with its own
+constants: NCCL chooses with them too), and the time is `lat x L(S) + bw(S) x T(S)`: ring and
+tree hop counts, NVLS-tree, PAT and the channels change with the shape; what the system does
+per message and per byte is what was measured. The measured shape itself gives back the
+measurement. Nothing is fitted to the shapes predicted.
+
+A measurement inside one NVLink domain (one node; a GB200 rack) calibrates shapes inside one
+domain only: it crossed no network. One across domains calibrates every shape across domains
+(the nearest measured node count first), and one domain where none was measured there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from dataclasses import dataclass, replace
+
+from gpuprof.machine.systems import System
+from gpuprof.predict import nccl
+from gpuprof.specs.collectives import bus_factor
+
+LATENCY_BOUND = 0.1  # T0 <= this x L0: the size measures the latency
+MIN_FACTOR = 0.1  # the bandwidth factor's floor
+
+
+def at_gpus(system: System, gpus: int) -> System:
+    """The system with `gpus` of its GPUs per node (its NICs in proportion)."""
+    if gpus == system.gpus_per_node:
+        return system
+    per_node = system.domain == system.gpus_per_node
+    return replace(
+        system,
+        gpus_per_node=gpus,
+        nvlink_domain=0 if per_node else system.nvlink_domain,
+        nics_per_node=max(1, math.ceil(system.nics_per_node * gpus / system.gpus_per_node)),
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one op measured at one shape says about the system (see the module's docstring)."""
+
+    op: str
+    dtype: str
+    nodes: int
+    gpus: int
+    measured: tuple[tuple[int, float], ...]  # (size, time_us), by size
+    latency_scale: float | None  # None: no latency-bound size was measured
+    knots: tuple[tuple[float, float], ...]  # (log2 size, bandwidth factor), by size
+    origin: str  # what measured it, for the notes
+    algorithm: str | None = None  # forced (NCCL_ALGO) where the measurement forced it
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus
+
+    def factor(self, size: float) -> float | None:
+        """The bandwidth factor at `size` (None: no size measured the bandwidth)."""
+        if not self.knots:
+            return None
+        where = math.log2(max(size, 1.0))
+        logs = [k[0] for k in self.knots]
+        i = bisect.bisect_left(logs, where)
+        if i == 0:
+            return self.knots[0][1]
+        if i == len(self.knots):
+            return self.knots[-1][1]
+        (x0, y0), (x1, y1) = self.knots[i - 1], self.knots[i]
+        return y0 + (y1 - y0) * (where - x0) / (x1 - x0)
+
+    def terms(self) -> str:
+        """Which terms the measurement gives, for the tables' `terms` column."""
+        lat = f"latency x{self.latency_scale:.2f}" if self.latency_scale else "latency preset"
+        if not self.knots:
+            return f"{lat}, bandwidth preset"
+        factors = [k[1] for k in self.knots]
+        low, high = min(factors), max(factors)
+        bw = f"x{low:.2f}" if math.isclose(low, high, rel_tol=0.05) else f"x{low:.2f}-{high:.2f}"
+        return f"{lat}, transfer {bw} ({self.nodes}x{self.gpus} measured)"
+
+
+def calibrate(
+    system: System,
+    op: str,
+    dtype: str,
+    nodes: int,
+    gpus: int,
+    points: list[tuple[int, float]],
+    origin: str,
+    algorithm: str | None = None,
+) -> Calibration | None:
+    """The calibration of `op` from its times at nodes x gpus (None with no usable point);
+    `algorithm` where the measurement forced one (NCCL_ALGO): then predictions force it too."""
+    target = at_gpus(system, gpus)
+    points = sorted((int(s), float(t)) for s, t in points if s > 0 and t > 0)
+    if not points or nodes * gpus < 2:
+        return None
+    parts = []
+    for size, time in points:
+        try:
+            choice = nccl.collective(target, op, nodes * gpus, size, algorithm)
+        except ValueError:  # the model has no such algorithm at this shape
+            return None
+        parts.append((size, time, choice.latency_us, choice.time_us - choice.latency_us))
+    bound = [t / lat for _, t, lat, tr in parts if lat > 0 and tr <= LATENCY_BOUND * lat]
+    scale = statistics.median(bound) if bound else None
+    lat_scale = scale or 1.0
+    knots = []
+    for size, time, lat, transfer in parts:
+        if transfer >= LATENCY_BOUND * lat and transfer > 0:
+            factor = max((time - lat_scale * lat) / transfer, MIN_FACTOR)
+            knots.append((math.log2(size), factor))
+    return Calibration(
+        op=op,
+        dtype=dtype,
+        nodes=nodes,
+        gpus=gpus,
+        measured=tuple(points),
+        latency_scale=scale,
+        knots=tuple(knots),
+        origin=origin,
+        algorithm=algorithm,
+    )
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A predicted collective on a calibrated system."""
+
+    choice: nccl.Choice
+    time_us: float
+    busbw_gbps: float
+    measured: bool  # the measured shape and size itself
+    terms: str
+
+
+def predict(
+    system: System, calibration: Calibration, nodes: int, gpus: int, size: float
+) -> Calibrated:
+    """`calibration.op` of `size` bytes on nodes x gpus of `system`, calibrated."""
+    ranks = nodes * gpus
+    try:
+        choice = nccl.collective(
+            at_gpus(system, gpus), calibration.op, ranks, size, calibration.algorithm
+        )
+    except ValueError:  # the forced algorithm does not run at this shape: NCCL's own choice
+        choice = nccl.collective(at_gpus(system, gpus), calibration.op, ranks, size)
+    factor = bus_factor(calibration.op, ranks) * size / 1e3
+    if (nodes, gpus) == (calibration.nodes, calibration.gpus):
+        for measured_size, time in calibration.measured:
+            if measured_size == size:
+                return Calibrated(choice, time, factor / time, True, "as measured")
+    lat = (calibration.latency_scale or 1.0) * choice.latency_us
+    transfer = (calibration.factor(size) or 1.0) * (choice.time_us - choice.latency_us)
+    time = lat + transfer
+    return Calibrated(choice, time, factor / time, False, calibration.terms())
+
+
+def choose(
+    calibrations: list[Calibration], nodes: int, gpus: int, domain: int
+) -> Calibration | None:
+    """The calibration for nodes x gpus (`domain`: GPUs in one NVLink domain, what NCCL calls
+    a node): the measurement at that very shape; else one that crossed domains as the target
+    does (one NVLink domain's measurement says nothing of the network), the nearest in node
+    count (the one below on a tie), then the same GPUs per node; for a target inside one
+    domain, one inside one domain first. None where only one domain was measured and the
+    target crosses domains."""
+
+    def domains(ranks: int) -> int:
+        return max(1, math.ceil(ranks / domain))
+
+    crosses = domains(nodes * gpus) > 1
+    pool = [c for c in calibrations if (domains(c.ranks) > 1) == crosses]
+    if not pool and not crosses:
+        pool = list(calibrations)
+    if not pool:
+        return None
+
+    def rank(c: Calibration) -> tuple[bool, float, bool, bool]:
+        distance = abs(math.log2(c.nodes / nodes))
+        return ((c.nodes, c.gpus) != (nodes, gpus), distance, c.nodes > nodes, c.gpus != gpus)
+
+    return min(pool, key=rank)
+
+
+# NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) -> the model's
+NCCL_ALGO_NAMES = {
+    "ring": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "collnetdirect": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "pat": "pat",
+}
+
+
+def forced_algorithm(env: dict[str, str], nodes: int) -> str | None:
+    """The one algorithm NCCL_ALGO forces (None: unset, a list, or an exclusion `^...`);
+    NVLS across nodes is the model's NVLS-tree."""
+    value = str(env.get("NCCL_ALGO") or "").strip().lower()
+    algorithm = NCCL_ALGO_NAMES.get(value)
+    if algorithm == "nvls" and nodes > 1:
+        return "nvls_tree"
+    return algorithm

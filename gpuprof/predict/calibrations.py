@@ -1,0 +1,80 @@
+"""A run's measured collectives as calibrations of NCCL's model on the system it measured
+(gpuprof.predict.calibrate), and the system a run says it was measured on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprof.analysis.summary import Analyzed
+from gpuprof.machine.systems import System, system_from_dict
+from gpuprof.predict.calibrate import Calibration, calibrate, forced_algorithm
+from gpuprof.predict.nccl import OPS, P2P_OPS
+from gpuprof.specs.collectives import SPEC as _COLLECTIVES
+
+COLLECTIVES = _COLLECTIVES.name
+
+
+def run_system(info: dict[str, Any]) -> System | None:
+    """The system a run says it was measured on (`gpuprof import ... --hardware`), if any."""
+    described = info.get("hardware")
+    return system_from_dict(described) if isinstance(described, dict) else None
+
+
+def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str], list[Calibration]]:
+    """Per op and dtype, a calibration from each shape the run measured with every GPU of its
+    nodes taking part (scope `global`, or `intra` over a whole node): the out-of-place time
+    where measured (nccl-tests' usual figure), else in-place; the slowest group's."""
+    summary = analyzed.summary(COLLECTIVES)
+    gpus = int(analyzed.info.get("gpus_per_node") or 1)
+    whole = summary[
+        (summary["scope"] == "global")
+        | ((summary["scope"] == "intra") & (summary["world_size"] == gpus))
+    ]
+    found: dict[tuple[str, str], list[Calibration]] = {}
+    run_id = analyzed.info.get("run_id") or "the run"
+    origin = f"{run_id}" + (f" ({analyzed.info['source']})" if analyzed.info.get("source") else "")
+    keys = ["op", "dtype", "num_nodes", "world_size"]
+    for (op, dtype, nodes, world), rows in whole.groupby(keys, sort=True):
+        if op not in OPS + P2P_OPS:
+            continue
+        nodes, world = int(str(nodes)), int(str(world))
+        if world % nodes:
+            continue
+        by_size: dict[int, float] = {}
+        for in_place in (True, False):  # out-of-place last: it wins where both were measured
+            chosen = rows[rows["in_place"] == in_place]
+            for size, time in chosen.groupby("size_bytes")["time_us"].max().items():
+                by_size[int(str(size))] = float(time)
+        algorithm = forced_algorithm(analyzed.info.get("env") or {}, nodes)
+        got = calibrate(
+            system,
+            str(op),
+            str(dtype),
+            nodes,
+            world // nodes,
+            sorted(by_size.items()),
+            origin,
+            algorithm,
+        )
+        if got is not None:
+            found.setdefault((str(op), str(dtype)), []).append(got)
+    return found
+
+
+def calibration_notes(
+    calibrations: dict[tuple[str, str], list[Calibration]], system: System
+) -> list[str]:
+    """Which measurement calibrated which op, said once each."""
+    lines = []
+    for (op, dtype), found in sorted(calibrations.items()):
+        shapes = ", ".join(f"{c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found)
+        lines.append(
+            f"{op} {dtype} calibrated by {found[0].origin}, measured at {shapes}; other "
+            f"shapes with NCCL's structure on {system.name}"
+        )
+    if calibrations and all(c.nodes == 1 for cs in calibrations.values() for c in cs):
+        lines.append(
+            "the run crossed no network: across nodes the preset alone (measure 2 nodes, or "
+            "import their nccl-tests logs, to calibrate the network)"
+        )
+    return lines

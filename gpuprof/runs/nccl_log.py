@@ -1,0 +1,392 @@
+"""nccl-tests output as it is printed, read (`gpuprof import nccl-tests`; the run is written by
+gpuprof.runs.imported). Stdlib only.
+
+What nccl-tests prints (NVIDIA/nccl-tests src/common.cu and src/util.cu): a header line of
+its options (`# nThread 1 nGpus 8 minBytes 8 maxBytes ... iters: 20 ... validation: 1 graph:
+0`), one line per rank under `# Using devices` (`#  Rank  0 Group  0 Pid 1234 on host1 device
+0 [0x07] NVIDIA H100 80GB HBM3`; before nccl-tests 2.12 without `Group`), a column header
+(`size count type redop root time algbw busbw #wrong time algbw busbw #wrong`: the columns
+before the first `time` name the case, then one group of four per place, out-of-place first),
+one row per size (`-N` cycles repeat the sizes), and a footer (`# Out of bounds values`, `# Avg
+bus bandwidth`). Older versions print `error` (the largest error, a float) where newer print
+`#wrong` (values that were wrong; `N/A` with `-c 0`), and some have no `redop` or `root`
+column. The column header drives the reading, so every vintage reads the same way.
+
+A log may hold several tests (one block each), interleaved NCCL_DEBUG=INFO lines, launcher
+prefixes (`[1,0]<stdout>:` of Open MPI's --tag-output, `0: ` of srun --label) and anything
+else a job prints between blocks. The op of a block is the program's (`# Collective test
+starting: all_gather_perf`, a command line naming `*_perf`, or the file's name), else what the
+columns imply (a reduction with root -1 is all_reduce or reduce_scatter by its count, ...).
+
+A row that breaks off (a truncated log) or does not fit its block's columns ends that block:
+the rows before it are kept and the line is named. A file with no nccl-tests block at all is a
+UsageError naming its first line that nccl-tests does not print.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuprof.errors import UsageError
+
+# nccl-tests' type names (src/common.cu test_typenames) -> gpuprof's dtype and element bytes
+TYPES: dict[str, tuple[str, int]] = {
+    "int8": ("int8", 1),
+    "char": ("int8", 1),
+    "uint8": ("uint8", 1),
+    "int32": ("int32", 4),
+    "int": ("int32", 4),
+    "uint32": ("uint32", 4),
+    "int64": ("int64", 8),
+    "uint64": ("uint64", 8),
+    "half": ("float16", 2),
+    "float": ("float32", 4),
+    "double": ("float64", 8),
+    "bfloat16": ("bfloat16", 2),
+    "f8e4m3": ("float8_e4m3fn", 1),
+    "f8e5m2": ("float8_e5m2", 1),
+}
+# programs -> gpuprof's op names (gather, scatter and hypercube have no gpuprof counterpart)
+PROGRAMS = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall": "all_to_all",
+    "sendrecv": "sendrecv",
+}
+OTHER_PROGRAMS = ("gather", "scatter", "hypercube")
+REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
+
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s)")
+_OPTIONS = re.compile(r"^#\s*nThread\s+\d+")
+_RANK = re.compile(
+    r"^#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+"
+    r"(?P<host>\S+)\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
+)
+_PROGRAM = re.compile(r"\b(?P<name>[a-z_]+)_perf\b")
+_NCCL_VERSION = re.compile(r"\b[RN]CCL version (?P<version>\d+\.\d+\.\d+[\w.+-]*)")
+_TESTS_VERSION = re.compile(
+    r"(?:nccl-tests version|rccl-tests: Version) (?P<version>[\w.+:-]+)"
+    r"(?:.*nccl-library=(?P<lib>\d+))?"
+)
+_ENV = re.compile(r"\b(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S+)")
+_FOOTER = re.compile(r"^#\s*(Out of bounds values|Avg bus bandwidth)")
+_NOISE = re.compile(r"\b[RN]CCL (INFO|WARN|TRACE)\b|^\s*$")
+_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One rank as the `# Using devices` lines name it."""
+
+    rank: int
+    host: str
+    device: int
+    bus: str
+    name: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One case of one block: a size in one place, and the time of each cycle (`-N`)."""
+
+    op: str
+    dtype: str
+    redop: str
+    root: int
+    size_bytes: int
+    count: int
+    in_place: bool
+    times_us: tuple[float, ...]
+    nwrong: float | None  # None: not checked (`N/A`), or an older version's `error` column
+    line: int
+
+
+@dataclass
+class Block:
+    """One test's table: the program, where it starts, the ranks and options printed before
+    it, its rows, and where reading stopped."""
+
+    program: str | None
+    op: str
+    first_line: int
+    columns: tuple[str, ...]
+    devices: tuple[Device, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    stopped: str | None = None  # why the block ends early (a truncated or mixed-up line)
+
+
+@dataclass(eq=False)
+class Log:
+    """What one nccl-tests log holds."""
+
+    path: Path
+    lines: int = 0
+    blocks: list[Block] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # blocks with no gpuprof op, said why
+
+    @property
+    def stopped(self) -> list[str]:
+        return [b.stopped for b in self.blocks if b.stopped]
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for b in self.blocks for r in b.rows]
+
+
+def nccl_version(code: int) -> str:
+    """NCCL_VERSION_CODE -> 'X.Y.Z' (X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z
+    before: nccl.h)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+def _options(text: str) -> dict[str, str]:
+    """`# nThread 1 nGpus 8 minBytes 8 ... step: 2(factor) warmup iters: 5 iters: 20 ...`."""
+    found = {}
+    for match in re.finditer(r"([A-Za-z][A-Za-z ]*?):?\s+(-?\d+(?:\([a-z]+\))?)", text[1:]):
+        found[match.group(1).strip().replace(" ", "_")] = match.group(2)
+    return found
+
+
+def _column_header(text: str) -> tuple[str, ...] | None:
+    """The column names of `#  size  count  type  redop  root  time ...`, or None."""
+    tokens = text.lstrip("#").split()
+    if len(tokens) < 6 or tokens[0] != "size" or "count" not in tokens or "time" not in tokens:
+        return None
+    return tuple(tokens)
+
+
+def _op_of(program: str | None) -> str | None:
+    return PROGRAMS.get(program or "")
+
+
+def _guess_op(fixed: dict[str, str], count: int, size: int, elem: int, ranks: int) -> str | None:
+    """The op a row of an unnamed block implies (None: it cannot be told)."""
+    redop = fixed.get("redop", "none")
+    root = int(fixed.get("root", "-1")) if _NUMBER.match(fixed.get("root", "-1")) else -1
+    per_rank = ranks > 1 and count * elem * ranks == size
+    if redop in REDOPS:
+        if root >= 0:
+            return "reduce"
+        return "reduce_scatter" if per_rank else "all_reduce"
+    if root >= 0:
+        return "broadcast"
+    return None if per_rank else "sendrecv" if count * elem == size else None
+
+
+def _value(token: str) -> float | None:
+    return float(token) if _NUMBER.match(token) else None
+
+
+def _fixed(names: tuple[str, ...], tokens: list[str]) -> dict[str, str] | None:
+    """The case's columns of a row. Older versions print an empty redop for ops without one
+    (alltoall_perf: `%6s` of ""), so a row may have fewer: size, count and type stand first,
+    then a number is the root and a word the redop."""
+    if len(tokens) == len(names):
+        return dict(zip(names, tokens, strict=True))
+    if len(tokens) < 3 or len(tokens) > len(names) or names[:3] != ("size", "count", "type"):
+        return None
+    fixed = dict(zip(names[:3], tokens[:3], strict=True))
+    for token in tokens[3:]:
+        key = "root" if _NUMBER.match(token) else "redop"
+        if key not in names or key in fixed:
+            return None
+        fixed[key] = token
+    return fixed
+
+
+def _parse_row(
+    tokens: list[str], block: Block, file_op: str | None, number: int
+) -> list[Row] | str:
+    """The cases of one row (one per place), or why it does not fit the block's columns."""
+    columns = block.columns
+    start = columns.index("time")
+    places = (len(columns) - start) // 4
+    if places not in (1, 2) or places * 4 != len(columns) - start:
+        return "the columns after 'time' are not groups of time, algbw, busbw, #wrong"
+    split = len(tokens) - 4 * places
+    fixed = _fixed(columns[:start], tokens[:split]) if split > 0 else None
+    if fixed is None:
+        return f"{len(tokens)} fields where the columns say {len(columns)}"
+    kind = TYPES.get(fixed.get("type", "float"))
+    if kind is None:
+        return f"unknown type {fixed.get('type')!r}"
+    if not (fixed["size"].isdigit() and fixed.get("count", "0").isdigit()):
+        return "size and count are not whole numbers"
+    size, count = int(fixed["size"]), int(fixed.get("count", "0"))
+    if size == 0:  # -b 0: nothing moved, nothing to keep
+        return []
+    dtype, elem = kind
+    if not block.op:
+        guessed = file_op or _guess_op(fixed, count, size, elem, len(block.devices))
+        if guessed is None:
+            return "cannot tell which collective this is (all_gather and alltoall print alike)"
+        block.op = guessed
+    redop = fixed.get("redop", "none")
+    root = int(fixed["root"]) if _NUMBER.match(fixed.get("root", "")) else -1
+    names, rest = columns[start:], tokens[split:]
+    rows = []
+    for place in range(places):
+        group = dict(
+            zip(names[4 * place : 4 * place + 4], rest[4 * place : 4 * place + 4], strict=True)
+        )
+        time = _value(group.get("time", ""))
+        if time is None:
+            if group.get("time") == "N/A":  # a place this version did not run
+                continue
+            return f"time {group.get('time')!r} is not a number"
+        wrong = group.get("#wrong")
+        rows.append(
+            Row(
+                op=block.op,
+                dtype=dtype,
+                redop=redop if redop in REDOPS else "none",
+                root=root,
+                size_bytes=size,
+                count=count,
+                in_place=place == 1,
+                times_us=(time,),
+                nwrong=_value(wrong) if wrong is not None else None,
+                line=number,
+            )
+        )
+    return rows
+
+
+def _file_op(path: Path) -> str | None:
+    """The op a file's name says (`all_gather_perf_2n.txt`, `allgather.log`), if one."""
+    name = path.name.lower().replace("-", "_")
+    found = [
+        (spelling, op)
+        for program, op in PROGRAMS.items()
+        for spelling in {program, program.replace("_", ""), op}
+        if spelling in name
+    ]
+    # all_reduce's name holds reduce: the longest match says it
+    return max(found, key=lambda f: len(f[0]))[1] if found else None
+
+
+def parse_lines(lines: Iterable[str], path: Path) -> Log:
+    """Read one log's lines (see the module's docstring)."""
+    log = Log(path=path)
+    program: str | None = None
+    block: Block | None = None
+    devices: list[Device] = []
+    options: dict[str, str] = {}
+    first_foreign: tuple[int, str] | None = None
+    file_op = _file_op(path)
+    for number, raw in enumerate(lines, start=1):
+        log.lines = number
+        text = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
+        stripped = text.strip()
+        _versions(log, text)
+        if _NOISE.search(text):
+            continue
+        if stripped.startswith("#"):
+            columns = _column_header(stripped)
+            rank = _RANK.match(stripped)
+            if _OPTIONS.match(stripped):  # a new test: its own ranks follow
+                options, devices, block = _options(stripped), [], None
+            elif rank:
+                device = Device(
+                    rank=int(rank["rank"]),
+                    host=rank["host"],
+                    device=int(rank["device"]),
+                    bus=rank["bus"],
+                    name=rank["name"],
+                    pid=int(rank["pid"]),
+                )
+                if all(d.rank != device.rank for d in devices):
+                    devices.append(device)
+            elif columns:
+                block = _start_block(log, columns, number, program, file_op)
+                if block is not None:
+                    block.devices, block.options = tuple(devices), dict(options)
+                program = None
+            elif _FOOTER.match(stripped):
+                block = None
+            elif "test starting" in stripped:
+                found = _PROGRAM.search(stripped)
+                program = found.group("name") if found else program
+            continue
+        tokens = stripped.split()
+        if block is not None and tokens and tokens[0].isdigit():
+            got = _parse_row(tokens, block, file_op, number)
+            if isinstance(got, str):
+                kept = len(block.rows)
+                block.stopped = f"{path}:{number}: {got}; stopped there, {kept} row(s) kept"
+                block = None
+            else:
+                block.rows += got
+            continue
+        found = _PROGRAM.search(text)
+        if found and found.group("name") in (*PROGRAMS, *OTHER_PROGRAMS):
+            program = found.group("name")  # a command line naming the test that follows
+        elif first_foreign is None and not log.blocks:
+            first_foreign = (number, stripped)
+    if not log.blocks and not log.skipped:
+        where = (
+            f"line {first_foreign[0]}: {first_foreign[1][:60]!r}"
+            if first_foreign
+            else f"{log.lines} line(s), none of them a test's column header"
+        )
+        raise UsageError(
+            f"{path} is not nccl-tests output ({where}, with no '#  size  count  type ...' "
+            "column header before it)",
+            "give the output of an nccl-tests binary such as all_reduce_perf",
+        )
+    for block in log.blocks:
+        if not block.rows and block.stopped is None:
+            block.stopped = f"{path}:{block.first_line}: a column header with no row after it"
+    return log
+
+
+def _versions(log: Log, text: str) -> None:
+    """NCCL's and nccl-tests' versions, and NCCL_* set by the environment, where printed."""
+    for pattern, key in ((_NCCL_VERSION, "nccl"), (_TESTS_VERSION, "nccl_tests")):
+        match = pattern.search(text)
+        if match and key not in log.versions:
+            log.versions[key] = match.group("version")
+            if key == "nccl_tests" and match.group("lib"):
+                log.versions.setdefault("nccl", nccl_version(int(match.group("lib"))))
+            if "RCCL" in text or "rccl-tests" in text:
+                log.versions[key.replace("nccl", "rccl", 1)] = log.versions.pop(key)
+    env = _ENV.search(text)
+    if env:
+        log.env[env.group("name")] = env.group("value")
+
+
+def _start_block(
+    log: Log, columns: tuple[str, ...], number: int, program: str | None, file_op: str | None
+) -> Block | None:
+    if program in OTHER_PROGRAMS:
+        log.skipped.append(f"{log.path}:{number}: {program}_perf has no gpuprof counterpart")
+        return None
+    op = _op_of(program) or ""
+    if not op and file_op and not log.blocks:
+        op = file_op
+    block = Block(program=program, op=op, first_line=number, columns=columns)
+    log.blocks.append(block)
+    return block
+
+
+def read_log(path: Path) -> Log:
+    """One log file; a UsageError when it cannot be read or is not nccl-tests output."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return parse_lines(handle, path)
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a folder", "give nccl-tests log files") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None

@@ -1,0 +1,227 @@
+"""`gpuprof import nccl-tests` on real logs as published (tests/data/nccl-tests: each file's
+first line names its source, the second what is special about it), on broken ones, and the
+round trip through `gpuprof export nccl-tests`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuprof import open_run
+from gpuprof.analysis.summary import summarize_run
+from tests.conftest import Gp
+
+LOGS = Path(__file__).parent / "data" / "nccl-tests"
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w*)\s+(-?\d+)?\s*(.*)$")
+
+# file: (op, nodes, GPUs per node, cases, versions) as read by hand from each log
+EXPECTED = {
+    "01_superbench_alltoall_pre2.13_c0_NA_g8.txt": ("all_to_all", 1, 8, 58, {}),
+    "02_superbench_allgather_pre2.13_noredop_ncclinfo.txt": ("all_gather", 1, 8, 58, {}),
+    "03_superbench_broadcast_pre2.13_root_column.txt": ("broadcast", 1, 8, 64, {}),
+    "05_oci_a100_2nodes_v2.13_hexbusid.txt": ("all_reduce", 2, 8, 2, {}),
+    "06_nccltests331_sendrecv_t2_ncclinfo_v2.16.txt": (
+        "sendrecv",
+        1,
+        2,
+        58,
+        {"nccl": "2.22.3+cuda12.2"},
+    ),
+    "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt": (
+        "all_reduce",
+        2,
+        8,
+        64,
+        {"nccl": "2.26.2+cuda12.8"},
+    ),
+    "08_nccl2441_v2.18.3_newest_2nodes_stepbytes.txt": (
+        "all_reduce",
+        2,
+        2,
+        22,
+        {"nccl_tests": "2.18.3", "nccl": "2.30.5"},
+    ),
+    "09_rocm5571_rccl-tests_2nodes_R9700.txt": (
+        "all_reduce",
+        2,
+        1,
+        50,
+        {"rccl_tests": "develop:33cc4df"},
+    ),
+}
+
+
+def _import(gp: Gp, out: Path, *args: str | Path) -> list[Path]:
+    got = gp("import", "nccl-tests", *args, "--out", out)
+    assert got.code == 0, got.err
+    return [Path(line) for line in got.out.split()]
+
+
+def _rows(text: str) -> list[tuple[str, ...]]:
+    """The data rows of nccl-tests output: the case columns and the places' fields."""
+    found = []
+    for line in text.splitlines():
+        line = re.sub(r"^\[\d+,\d+\]<stdout>:", "", line)
+        if line.startswith("#") or not line.strip() or not line.split()[0].isdigit():
+            continue
+        found.append(tuple(line.split()))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_logs_of_every_vintage_become_runs(gp: Gp, tmp_path: Path, name: str) -> None:
+    op, nodes, gpus, cases, versions = EXPECTED[name]
+    (run_dir,) = _import(gp, tmp_path, LOGS / name)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["source"] == "nccl-tests" and info["status"] == "complete"
+    assert (info["num_nodes"], info["gpus_per_node"], info["world_size"]) == (
+        nodes,
+        gpus,
+        nodes * gpus,
+    )
+    assert len(info["ranks"]) == nodes * gpus and len(info["nodes"]) == nodes
+    assert {k: info["versions"][k] for k in versions} == versions
+    summary = summarize_run(open_run(run_dir), "collectives")
+    assert set(summary["op"]) == {op} and len(summary) == cases
+    # every size the log printed (0 bytes aside), both places where it printed both
+    sizes = {int(r[0]) for r in _rows((LOGS / name).read_text()) if int(r[0]) > 0}
+    assert set(summary["size_bytes"]) == sizes
+
+
+def test_a_log_without_rank_lines_takes_the_shape_given(gp: Gp, tmp_path: Path) -> None:
+    """The AWS Batch log (every line behind Open MPI's `[1,0]<stdout>:`) prints no ranks."""
+    log = LOGS / "04_awsome_awsbatch_p5_mpirun_tagoutput_prefix.txt"
+    refused = gp("import", "nccl-tests", log, "--out", tmp_path)
+    assert refused.code == 2 and "give --nodes and --gpus" in refused.err
+    assert not list(tmp_path.iterdir())
+    (run_dir,) = _import(gp, tmp_path, log, "--nodes", "2", "--gpus", "8")
+    summary = summarize_run(open_run(run_dir), "collectives")
+    assert len(summary) == 2 * len(_rows(log.read_text())) and set(summary["world_size"]) == {16}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "05_oci_a100_2nodes_v2.13_hexbusid.txt",
+        "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt",
+        "03_superbench_broadcast_pre2.13_root_column.txt",
+        "06_nccltests331_sendrecv_t2_ncclinfo_v2.16.txt",
+    ],
+)
+def test_export_gives_back_the_imported_rows(gp: Gp, tmp_path: Path, name: str) -> None:
+    (run_dir,) = _import(gp, tmp_path, LOGS / name)
+    exported = gp("export", "nccl-tests", run_dir)
+    assert exported.code == 0, exported.err
+    original = [r for r in _rows((LOGS / name).read_text()) if int(r[0]) > 0]
+    again = _rows(exported.out)
+    assert len(again) == len(original)
+    for old, new in zip(original, again, strict=True):
+        # size, count, type as printed; each place's time as printed, its bandwidths as
+        # nccl-tests computes them from it (2 decimals), #wrong (an old `error` column: N/A)
+        assert new[:3] == old[:3]
+        for place in (0, 1):
+            o, n = old[len(old) - 8 + 4 * place :], new[len(new) - 8 + 4 * place :]
+            assert float(n[0]) == float(o[0])
+            for i in (1, 2):
+                assert float(n[i]) == pytest.approx(float(o[i]), abs=0.011, rel=0.002)
+            assert n[3] == o[3] or (o[3] == "N/A" and n[3] == "N/A")
+
+
+def test_a_truncated_log_keeps_its_complete_rows_and_names_the_line(gp: Gp, tmp_path: Path) -> None:
+    text = (LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt").read_text()
+    lines = text.splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1048576 "))
+    log = tmp_path / "all_reduce_cut.log"
+    log.write_text("".join(lines[:cut]) + lines[cut][:40])  # the last row breaks off
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs")
+    assert got.code == 0
+    assert f"{log}:{cut + 1}:" in got.err and "stopped there" in got.err
+    run = open_run(Path(got.out.strip()))
+    assert run.info["status"] == "partial"
+    sizes = sorted(set(summarize_run(run, "collectives")["size_bytes"]))
+    assert sizes[-1] == 524288 and len(sizes) == 17  # 8 B .. 512 KiB, every row before the cut
+
+
+def test_a_foreign_line_inside_a_table_stops_it_there(gp: Gp, tmp_path: Path) -> None:
+    text = (LOGS / "05_oci_a100_2nodes_v2.13_hexbusid.txt").read_text()
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("10737418240"))
+    log = tmp_path / "mixed.log"
+    log.write_text(text.replace(row, row + "\n  4096  1024  float  sum  -1  oops  0.1 0.1 0\n"))
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs")
+    assert got.code == 0 and "stopped there, 2 row(s) kept" in got.err
+
+
+def test_cycles_and_repeated_tests_keep_every_time(gp: Gp, tmp_path: Path) -> None:
+    """`-N 3` prints each size three times; a second log of the same job adds its times."""
+    text = (LOGS / "05_oci_a100_2nodes_v2.13_hexbusid.txt").read_text()
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("10737418240"))
+    slower = row.replace("90330", "91000")
+    log = tmp_path / "all_reduce_n3.log"
+    log.write_text(text.replace(row, "\n".join([row, slower, slower])))
+    (run_dir,) = _import(gp, tmp_path / "runs", log, LOGS / "05_oci_a100_2nodes_v2.13_hexbusid.txt")
+    frame = open_run(run_dir).table("collectives")
+    out_of_place = frame[~frame["in_place"]]
+    assert sorted(out_of_place["time_us"]) == [90330.0, 90330.0, 91000.0, 91000.0]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("hello world\nthis is not a log\n", "line 1: 'hello world'"),
+        ("", "0 line(s), none of them a test's column header"),
+        (
+            (LOGS / "10_nccltests294_nonmpi_build_interleaved_avg0.txt").read_text(),
+            "line 3: '134217728",
+        ),
+    ],
+)
+def test_not_a_log_is_one_line_and_writes_nothing(
+    gp: Gp, tmp_path: Path, content: str, message: str
+) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(content)
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs")
+    assert got.code == 2 and message in got.err and "is not nccl-tests output" in got.err
+    assert len(got.err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_bad_second_log_writes_nothing(gp: Gp, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.log"
+    bad.write_text("no\n")
+    good = LOGS / "05_oci_a100_2nodes_v2.13_hexbusid.txt"
+    got = gp("import", "nccl-tests", good, bad, "--out", tmp_path / "runs")
+    assert got.code == 2 and not (tmp_path / "runs").exists()
+    missing = gp("import", "nccl-tests", tmp_path / "nothing.log", "--out", tmp_path / "runs")
+    assert missing.code == 2 and "cannot read" in missing.err
+
+
+def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
+    gp: Gp, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs"
+    two, one = _import(
+        gp,
+        out,
+        LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt",
+        LOGS / "06_nccltests331_sendrecv_t2_ncclinfo_v2.16.txt",
+        "--hardware",
+        "dgx-h100",
+    )
+    assert json.loads((two / "run.json").read_text())["hardware"]["name"] == "dgx-h100"
+    for args in (("show", two), ("report", two), ("compare", two, one, "-o", tmp_path / "c.html")):
+        got = gp(*args)
+        assert got.code == 0, (args, got.err)
+    predicted = gp("predict", two, "--nodes", "2,4,16", "--sizes", "8,32M,1G", "--format", "json")
+    assert predicted.code == 0, predicted.err
+    rows = json.loads(predicted.out)["collectives"]
+    measured = [r for r in rows if r["op"] == "all_reduce" and r["source"].startswith("measured")]
+    assert {(r["nodes"], r["size_bytes"]) for r in measured} == {
+        (2, s) for s in (8, 32 << 20, 1 << 30)
+    }
+    larger = [r for r in rows if r["op"] == "all_reduce" and r["nodes"] > 2]
+    assert len(larger) == 6 and all(r["source"] == "2x8 + dgx-h100" for r in larger)
+    assert all(r["terms"].startswith("latency x") for r in larger)
