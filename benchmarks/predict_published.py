@@ -4,20 +4,90 @@
 
 Predicts every row of the published set on its system preset (the algorithm forced only
 where the source states it), prints each row's error and, per size class, how many rows
-fall within 15%. docs/validation.md quotes its output. Also times predicting 1 to 1,024
-nodes for every collective and size (the predictor's speed target: under a second).
+fall within 15%. Then held out by scale: every system published at two or more node counts
+(data/published_scales.tsv) calibrated at its smallest node count across nodes and scored
+at the larger ones, beside the preset alone on the same rows. docs/validation.md quotes its
+output. Also times predicting 1 to 1,024 nodes for every collective and size, from the preset
+and from a calibrated run through `gpuprof predict` (the speed target: under a second).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from gpuprof.analysis.summary import Analyzed
 from gpuprof.machine.systems import PRESETS
 from gpuprof.predict.nccl import OPS, P2P_OPS, collective
-from gpuprof.predict.published import BOUND, DATA, LARGE, predicted, rows
+from gpuprof.predict.predictions import predict
+from gpuprof.predict.published import (
+    BOUND,
+    DATA,
+    LARGE,
+    SIZE_CLASSES,
+    HeldOut,
+    held_out,
+    predicted,
+    rows,
+)
+from gpuprof.predict.whatifs import PredictRequest
+from gpuprof.runs.imported import import_logs
+from gpuprof.runs.store import open_run
+
+LOG = Path(__file__).resolve().parents[1] / "tests/data/nccl-tests"
+CALIBRATION_LOG = LOG / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+
+
+def _summary(name: str, chosen: list[HeldOut]) -> str:
+    def line(errors: list[float]) -> str:
+        within = sum(abs(e) <= BOUND for e in errors)
+        median = statistics.median(abs(e) for e in errors) if errors else math.nan
+        return f"{within}/{len(errors)} within 15%, median |error| {100 * median:.1f}%"
+
+    return (
+        f"{name}: calibrated {line([h.error for h in chosen])}; "
+        f"preset alone {line([h.preset_error for h in chosen])}"
+    )
+
+
+def held_out_report() -> None:
+    scored, left = held_out()
+    for h in scored:
+        r = h.row
+        print(
+            f"{r['system'][:44]:44s} {r['op']:10s} {r['algorithm'] or '-':14s} "
+            f"{h.calibrated_at:>2d}->{int(r['nodes']):<3d} {int(r['size_bytes']):>12d} "
+            f"published {h.published:10.1f} us  calibrated {100 * h.error:+6.1f}%  "
+            f"preset {100 * h.preset_error:+6.1f}%"
+        )
+    for why in left:
+        print(f"left out: {why}")
+    for name, _, _ in SIZE_CLASSES:
+        print(_summary(name, [h for h in scored if h.size_class == name]))
+    systems = len({h.row["system"] for h in scored})
+    print(_summary(f"all held-out rows ({systems} systems)", scored))
+
+
+def calibrated_speed() -> None:
+    with tempfile.TemporaryDirectory() as out:
+        (run_dir,) = import_logs([CALIBRATION_LOG], Path(out), [], "dgx-h100")
+        analyzed = Analyzed(open_run(run_dir))
+        request = PredictRequest(
+            nodes=tuple(2**k for k in range(11)), sizes=tuple(2**k for k in range(3, 35))
+        )
+        predict(analyzed, PredictRequest(nodes=(2,)))  # scipy's import is no prediction
+        started = time.perf_counter()
+        found = predict(analyzed, request)
+        seconds = time.perf_counter() - started
+    calibrated = (found.collectives["source"] != "preset dgx-h100").sum()
+    print(
+        f"speed, calibrated: {len(found.collectives)} predictions ({calibrated} calibrated; "
+        f"1..1024 nodes, every op, 8 B..16 GiB) from an imported 2-node run in {seconds:.2f} s"
+    )
 
 
 def main() -> None:
@@ -48,6 +118,8 @@ def main() -> None:
     seconds = time.perf_counter() - started
     print(f"speed: {count} predictions (1..1024 nodes, every op, 8 B..16 GiB) in {seconds:.2f} s")
     assert math.isfinite(seconds)
+    held_out_report()
+    calibrated_speed()
 
 
 if __name__ == "__main__":

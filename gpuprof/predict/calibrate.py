@@ -7,14 +7,17 @@ at that shape gives the algorithm and protocol NCCL would pick, its latency L0(S
 transfer time T0(S) (the rest of its time). Two things are derived, each from the
 measurement only:
 
-- the latency scale `lat = median(t0 / L0)` over the sizes the model calls latency-bound
-  (T0 <= L0 / 10): what a message, a step, a hop costs on this system against NCCL's
-  constants (its network stack, its PCIe, its software);
+- the latency scale `lat = median((t0 - bw x T0) / L0)` over the sizes the model calls
+  latency-bound (T0 <= L0 / 10): what a message, a step, a hop costs on this system against
+  NCCL's constants (its network stack, its PCIe, its software);
 - the bandwidth factor `bw(S) = (t0(S) - lat x L0(S)) / T0(S)` at every size whose transfer
   is at least a tenth of the latency (T0 >= L0 / 10): how much longer than the model the bytes
   take at that size (the line rate reached, the protocol switches NCCL made on this system);
   between measured sizes interpolated in log2(size), beyond them the nearest, never below a
   tenth (a measured time under the scaled latency says the latency is over-counted there).
+  The two are estimated in turn (three rounds, starting from bw = 1), each without the other's
+  share of the time, so a system that is exactly k x NCCL's latency and m x its transfer gives
+  back k and m.
 
 At another shape the model picks the algorithm and protocol as NCCL would (with its own
 constants: NCCL chooses with them too), and the time is `lat x L(S) + bw(S) x T(S)`: ring and
@@ -40,6 +43,7 @@ from gpuprof.specs.collectives import bus_factor
 
 LATENCY_BOUND = 0.1  # T0 <= this x L0: the size measures the latency
 MIN_FACTOR = 0.1  # the bandwidth factor's floor
+ROUNDS = 3  # latency and transfer estimated in turn, each without the other's share
 
 
 def at_gpus(system: System, gpus: int) -> System:
@@ -121,14 +125,21 @@ def calibrate(
         except ValueError:  # the model has no such algorithm at this shape
             return None
         parts.append((size, time, choice.latency_us, choice.time_us - choice.latency_us))
-    bound = [t / lat for _, t, lat, tr in parts if lat > 0 and tr <= LATENCY_BOUND * lat]
-    scale = statistics.median(bound) if bound else None
-    lat_scale = scale or 1.0
-    knots = []
-    for size, time, lat, transfer in parts:
-        if transfer >= LATENCY_BOUND * lat and transfer > 0:
-            factor = max((time - lat_scale * lat) / transfer, MIN_FACTOR)
-            knots.append((math.log2(size), factor))
+    bound = [p for p in parts if p[2] > 0 and p[3] <= LATENCY_BOUND * p[2]]
+    scale: float | None = None
+    knots: list[tuple[float, float]] = []
+    for _ in range(ROUNDS):  # each estimate without the other's share of the time
+        draft = Calibration(op, dtype, nodes, gpus, (), scale, tuple(knots), origin)
+        if bound:
+            scale = statistics.median(
+                (t - (draft.factor(size) or 1.0) * transfer) / lat
+                for size, t, lat, transfer in bound
+            )
+        knots = [
+            (math.log2(size), max((time - (scale or 1.0) * lat) / transfer, MIN_FACTOR))
+            for size, time, lat, transfer in parts
+            if transfer >= LATENCY_BOUND * lat and transfer > 0
+        ]
     return Calibration(
         op=op,
         dtype=dtype,
