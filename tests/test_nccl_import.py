@@ -54,6 +54,14 @@ EXPECTED = {
 }
 
 
+# logs that print no rank lines: the shape given
+SHAPED = {
+    "04_awsome_awsbatch_p5_mpirun_tagoutput_prefix.txt": ("all_reduce", "p5"),
+    "11_azureml_v100_2nodes_pre2.13_error_column.txt": ("all_reduce", "2 x V100 nodes"),
+    "13_awsome_p4de_srun_label_prefix_partial.txt": ("all_reduce", "p4de"),
+}
+
+
 def _import(gp: Gp, out: Path, *args: str | Path) -> list[Path]:
     got = gp("import", "nccl-tests", *args, "--out", out)
     assert got.code == 0, got.err
@@ -64,7 +72,7 @@ def _rows(text: str) -> list[tuple[str, ...]]:
     """The data rows of nccl-tests output: the case columns and the places' fields."""
     found = []
     for line in text.splitlines():
-        line = re.sub(r"^\[\d+,\d+\]<stdout>:", "", line)
+        line = re.sub(r"^(\[\d+,\d+\]<stdout>:|\s*\d+:\s)", "", line)
         if line.startswith("#") or not line.strip() or not line.split()[0].isdigit():
             continue
         found.append(tuple(line.split()))
@@ -91,15 +99,58 @@ def test_real_logs_of_every_vintage_become_runs(gp: Gp, tmp_path: Path, name: st
     assert set(summary["size_bytes"]) == sizes
 
 
-def test_a_log_without_rank_lines_takes_the_shape_given(gp: Gp, tmp_path: Path) -> None:
-    """The AWS Batch log (every line behind Open MPI's `[1,0]<stdout>:`) prints no ranks."""
-    log = LOGS / "04_awsome_awsbatch_p5_mpirun_tagoutput_prefix.txt"
+@pytest.mark.parametrize("name", sorted(SHAPED))
+def test_a_log_without_rank_lines_takes_the_shape_given(gp: Gp, tmp_path: Path, name: str) -> None:
+    """Published excerpts behind launcher prefixes (Open MPI's `[1,0]<stdout>:`, srun -l's
+    `0: `) and an old `error` column print no ranks: the shape is given."""
+    log = LOGS / name
     refused = gp("import", "nccl-tests", log, "--out", tmp_path)
     assert refused.code == 2 and "give --nodes and --gpus" in refused.err
     assert not list(tmp_path.iterdir())
     (run_dir,) = _import(gp, tmp_path, log, "--nodes", "2", "--gpus", "8")
     summary = summarize_run(open_run(run_dir), "collectives")
-    assert len(summary) == 2 * len(_rows(log.read_text())) and set(summary["world_size"]) == {16}
+    rows = [r for r in _rows(log.read_text()) if int(r[0]) > 0]
+    assert len(summary) == 2 * len(rows) and set(summary["world_size"]) == {16}
+    assert set(summary["op"]) == {SHAPED[name][0]}
+
+
+def test_a_run_that_crashed_in_its_first_row_has_nothing_to_keep(gp: Gp, tmp_path: Path) -> None:
+    """nccl-tests issue 355: the first row breaks off with 'Test CUDA failure'."""
+    log = LOGS / "12_nccltests355_alltoall_v2.17.6_2nodes_crash_midrow.txt"
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs")
+    assert got.code == 2 and "crash_midrow.txt:29:" in got.err and "0 row(s) kept" in got.err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_newest_columns_per_iteration_timestamp_and_cputime(gp: Gp, tmp_path: Path) -> None:
+    """nccl-tests 2.19's -I (i_min i_max i_p99 i_cv% after each place), 2.17.6's -S (a date
+    and time after the row) and -C 1 (`cputime`), written with its printf formats
+    (src/util.cu: header `# %10s  %12s  %8s  %6s  %6s  %7s  %6s  ...`, rows `%12li  %12li
+    %8s  %6s  %6i` then `  %7s  %6s  %6s  %6g` and `  %7s  %7s  %7s  %7s` per place)."""
+    head = "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}".format
+    place = ["cputime", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"]
+    lines = [
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 1 iters: 5 "
+        "agg iters: 1 validation: 1 graph: 0 unalign: 0",
+        "#",
+        "# Using devices",
+        "#  Rank  0 Group  0 Pid   10 on a device  0 [0000:19:00] NVIDIA H100 80GB HBM3",
+        "#  Rank  1 Group  0 Pid   11 on b device  0 [0000:19:00] NVIDIA H100 80GB HBM3",
+        "#",
+        head("size", "count", "type", "redop", "root") + "  " + "  ".join(place * 2)
+        + " " * 10 + "timestamp",
+    ]  # fmt: skip
+    for size, time in ((8, 21.5), (1024, 23.25)):
+        body = f"  {time:7.2f}  {0.0:6.2f}  {0.0:6.2f}  {0:6g}  {20.1:7.2f}  {30.2:7.2f}"
+        body += f"  {29.9:7.2f}  {3.1:7.2f}"
+        lines.append(f"{size:12d}  {size // 4:12d}  {'float':>8}  {'sum':>6}  {-1:6d}"
+                     + body + body + "  2026-11-27 09:00:00")  # fmt: skip
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("\n".join(lines) + "\n# Out of bounds values : 0 OK\n")
+    (run_dir,) = _import(gp, tmp_path / "runs", log)
+    summary = summarize_run(open_run(run_dir), "collectives")
+    assert sorted(summary["time_us"]) == [21.5, 21.5, 23.25, 23.25]
+    assert set(summary["nwrong"]) == {0} and set(summary["world_size"]) == {2}
 
 
 @pytest.mark.parametrize(

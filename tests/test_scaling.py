@@ -319,3 +319,52 @@ def test_predict_on_a_preset_from_a_one_node_cpu_run(dp_run: Path, gp: Any) -> N
     assert first["step_ms"] * first["efficiency"] == pytest.approx(2.0, rel=1e-6)
     text = gp("predict", str(dp_run), "--hardware", "dgx-h100", "--nodes", "2").out
     assert "preset dgx-h100" in text and "nvls_tree/Simple" in text
+
+
+@pytest.mark.parametrize("ranks", [2, 8, 100, 1000])
+def test_the_slowest_of_n_ranks_as_order_statistics_say(ranks: int) -> None:
+    """E[max of n standard normals] = integral of x n phi(x) Phi(x)^(n-1), against Blom's
+    approximation the prediction uses (2: 1/sqrt(pi) = 0.564; 1000: 3.24)."""
+    from statistics import NormalDist
+
+    from gpuprof.predict.ddp import slowest_of
+
+    normal = NormalDist()
+    xs = [i / 1000 for i in range(-8000, 8001)]
+    exact = sum(x * ranks * normal.pdf(x) * normal.cdf(x) ** (ranks - 1) for x in xs) / 1000
+    assert slowest_of(ranks) == pytest.approx(exact, rel=0.05)
+    assert slowest_of(1) == 0.0
+
+
+def test_every_step_waits_for_the_slowest_rank() -> None:
+    from gpuprof.predict.ddp import straggling
+
+    basis = _basis(spread=0.05)
+    at_run = predict_ddp(basis, LINKS, 2, 1, "gloo")
+    assert at_run.step_us == pytest.approx(basis.base_us + basis.cost_us)  # as measured
+    steady = predict_ddp(_basis(), LINKS, 256, 1, "gloo")
+    jittery = predict_ddp(basis, LINKS, 256, 1, "gloo")
+    assert jittery.step_us > steady.step_us and jittery.efficiency < steady.efficiency
+    assert straggling(0.05, 1, 2, 2) == 1.0
+    assert straggling(0.05, 1, 256, 2) > straggling(0.05, 4, 256, 2) > 1.0  # K steps average
+    other = predict_ddp(basis, LINKS, 256, 1, "gloo", WhatIf(other_stack=True))
+    calm = predict_ddp(_basis(), LINKS, 256, 1, "gloo", WhatIf(other_stack=True))
+    assert other.step_us == calm.step_us  # another device's spread is not the target's
+
+
+def test_accum_sets_the_baseline(dp_run: Path, gp: Any) -> None:
+    """--accum K is the job's own accumulation: the baseline rows change (K micro-batches of
+    compute, one all_reduce and one optimizer step), no what-if repeats it."""
+
+    def ddp(*extra: str) -> dict[str, Any]:
+        got = gp("predict", str(dp_run), "--nodes", "1,8", "--nic-gbps", "10", "--format",
+                 "json", *extra)  # fmt: skip
+        assert got.code == 0, got.err
+        return dict(json.loads(got.out))
+
+    plain, four = ddp(), ddp("--accum", "4")
+    steps = [{r["nodes"]: r for r in d["ddp"]} for d in (plain, four)]
+    assert steps[1][8]["step_ms"] > steps[0][8]["step_ms"]
+    assert steps[1][8]["efficiency"] > steps[0][8]["efficiency"]
+    assert not any("accumulate" in r["scenario"] for r in four["whatifs"])
+    assert any("accumulate 4" in r["scenario"] for r in plain["whatifs"])

@@ -118,6 +118,11 @@ def summarize_ddp(frame: pd.DataFrame) -> pd.DataFrame:
     out["samples_per_s"] = (
         out.index.get_level_values("world_size") * out["samples_per_step"] / (out["step_us"] / 1e6)
     )
+    # how much one rank's step without communication varies, over ranks and iterations (a
+    # robust coefficient of variation: half the 16th-84th percentile range over the median):
+    # what the slowest of N ranks adds to every step (gpuprof.predict.ddp)
+    noop = groups["noop_step_us"]
+    out["step_spread"] = (noop.quantile(0.84) - noop.quantile(0.16)) / 2 / noop.median()
     # the last rank to reach the all_reduce sees the transfer alone; the others also wait
     transfer = rows.groupby([*KEYS, "iteration"], sort=False)["comm_us"].min()
     out["comm_transfer_us"] = transfer.groupby(KEYS).median()

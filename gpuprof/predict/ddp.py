@@ -4,7 +4,9 @@ the backward hides. No torch."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -43,6 +45,7 @@ class DDPBasis:
     nodes: int
     gpus: int
     bucket_mb: float = 25.0
+    spread: float = 0.0  # one rank's step without communication: relative spread (ranks, steps)
 
 
 def ddp_basis(summary: pd.DataFrame, gpus_per_node: int) -> DDPBasis:
@@ -74,7 +77,30 @@ def ddp_basis(summary: pd.DataFrame, gpus_per_node: int) -> DDPBasis:
         step_us=float(top["step_us"]),
         nodes=int(top["num_nodes"]),
         gpus=int(top["world_size"]) // int(top["num_nodes"]) if int(top["num_nodes"]) else 1,
+        spread=_finite(top.get("step_spread", 0.0)),
     )
+
+
+def _finite(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    return number if np.isfinite(number) else 0.0
+
+
+def slowest_of(ranks: int) -> float:
+    """The expected largest of `ranks` standard normal draws (Blom's approximation,
+    Phi^-1((n - 0.375) / (n + 0.25)); 0 for one rank): how far above its mean the slowest
+    rank's step lies, in standard deviations."""
+    if ranks <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25))
+
+
+def straggling(spread: float, accum: int, ranks: int, measured_ranks: int) -> float:
+    """The compute at `ranks` over the compute at the measured world: every step waits for
+    the slowest rank, E[max] = mean x (1 + cv x z(ranks)); a step of `accum` independent
+    micro-batches varies by spread / sqrt(accum)."""
+    cv = spread / math.sqrt(max(1, accum))
+    return (1 + cv * slowest_of(ranks)) / (1 + cv * slowest_of(measured_ranks))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +138,10 @@ def predict_ddp(
     comm - what the all_reduce added to the step), scaled with the compute, so the run's own
     shape comes back as measured. On another kind of device (`other_stack`) k = 1, the window
     is the scaled backward and the last bucket (reduced after the backward) is never hidden.
-    With accumulation K: K micro-batches of compute, one exposed all_reduce."""
+    With accumulation K: K micro-batches of compute, one exposed all_reduce, one optimizer
+    step. Every step waits for the slowest rank: the compute scales with the expected maximum
+    of N ranks' steps against the run's own world, from the spread of one rank's step the run
+    measured (not on another kind of device: its spread is not the target's)."""
     change = change or WhatIf()
     scale = change.compute_scale or 1.0
     accum = change.accum or 1
@@ -130,7 +159,10 @@ def predict_ddp(
     own = basis.single_us if change.other_stack else basis.base_us
     compute_one = (own - basis.optimizer_us) * scale
     single = accum * (basis.single_us - basis.optimizer_us) * scale + optimizer
-    compute = accum * compute_one + optimizer
+    # every step waits for the slowest rank: the run's own spread, on its own kind of device
+    spread = 0.0 if change.other_stack else basis.spread
+    slowest = straggling(spread, accum, nodes * gpus, basis.nodes * basis.gpus)
+    compute = accum * compute_one * slowest + optimizer
     if nodes * gpus == 1:
         return DDPStep(
             step_us=single,

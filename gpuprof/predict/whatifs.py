@@ -110,8 +110,6 @@ def knobs(request: PredictRequest, basis: DDPBasis | None, net: Network) -> list
         asked.append(
             WhatIf(label=f"buckets of {request.bucket_mb:g} MB", bucket_mb=request.bucket_mb)
         )
-    if request.accum:
-        asked.append(WhatIf(label=f"accumulate {request.accum} micro-batches", accum=request.accum))
     if len(asked) > 1:
         combined: dict[str, Any] = {}
         for change in asked:
@@ -134,7 +132,8 @@ def knobs(request: PredictRequest, basis: DDPBasis | None, net: Network) -> list
     if basis is not None and basis.grad_bytes == 4:
         found.append(WhatIf(label="bf16 gradients", grad_bytes=2))
     found.append(WhatIf(label="buckets of 100 MB", bucket_mb=100.0))
-    found.append(WhatIf(label="accumulate 4 micro-batches", accum=4))
+    if not request.accum:  # --accum sets the baseline's
+        found.append(WhatIf(label="accumulate 4 micro-batches", accum=4))
     return found
 
 
@@ -144,14 +143,15 @@ def _is_baseline(net: Network) -> bool:
 
 
 def model_change(request: PredictRequest, basis: DDPBasis) -> WhatIf:
-    """The baseline's model: the run's, or another one scaled by FLOPs (params x tokens)."""
+    """The baseline's model: the run's, or another one scaled by FLOPs (params x tokens), with
+    --accum micro-batches per step."""
     params = request.model_params
     scale = None
     if params:
         scale = params / basis.num_params
     if request.compute_ms:
         scale = request.compute_ms * 1e3 / basis.single_us
-    return WhatIf(label="baseline", grad_params=params, compute_scale=scale)
+    return WhatIf(label="baseline", grad_params=params, compute_scale=scale, accum=request.accum)
 
 
 def merge(base: WhatIf, change: WhatIf, fixed_compute: bool) -> WhatIf:
@@ -169,4 +169,5 @@ def merge(base: WhatIf, change: WhatIf, fixed_compute: bool) -> WhatIf:
         compute_scale=scale,
         optimizer_scale=optimizer,
         other_stack=change.other_stack or base.other_stack,
+        accum=change.accum or base.accum,
     )

@@ -10,7 +10,9 @@ before the first `time` name the case, then one group of four per place, out-of-
 one row per size (`-N` cycles repeat the sizes), and a footer (`# Out of bounds values`, `# Avg
 bus bandwidth`). Older versions print `error` (the largest error, a float) where newer print
 `#wrong` (values that were wrong; `N/A` with `-c 0`), and some have no `redop` or `root`
-column. The column header drives the reading, so every vintage reads the same way.
+column; 2.17.6 adds a `timestamp` column (`-S`), 2.19.2 four per-iteration columns per place
+(`-I`: i_min i_max i_p99 i_cv%), and `-C 1` calls the time `cputime`. The column header drives
+the reading, so every vintage reads the same way.
 
 A log may hold several tests (one block each), interleaved NCCL_DEBUG=INFO lines, launcher
 prefixes (`[1,0]<stdout>:` of Open MPI's --tag-output, `0: ` of srun --label) and anything
@@ -161,7 +163,7 @@ def _options(text: str) -> dict[str, str]:
 
 def _column_header(text: str) -> tuple[str, ...] | None:
     """The column names of `#  size  count  type  redop  root  time ...`, or None."""
-    tokens = text.lstrip("#").split()
+    tokens = ["time" if t == "cputime" else t for t in text.lstrip("#").split()]  # -C 1
     if len(tokens) < 6 or tokens[0] != "size" or "count" not in tokens or "time" not in tokens:
         return None
     return tuple(tokens)
@@ -206,16 +208,26 @@ def _fixed(names: tuple[str, ...], tokens: list[str]) -> dict[str, str] | None:
     return fixed
 
 
+def _places(columns: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The places' column groups: each from a `time` to the next (`time algbw busbw #wrong`,
+    and with -I the iteration columns `i_min i_max i_p99 i_cv%`), out-of-place first."""
+    names = [c for c in columns if c != "timestamp"]
+    starts = [i for i, c in enumerate(names) if c == "time"]
+    return [tuple(names[a:b]) for a, b in zip(starts, [*starts[1:], len(names)], strict=True)]
+
+
 def _parse_row(
     tokens: list[str], block: Block, file_op: str | None, number: int
 ) -> list[Row] | str:
     """The cases of one row (one per place), or why it does not fit the block's columns."""
     columns = block.columns
     start = columns.index("time")
-    places = (len(columns) - start) // 4
-    if places not in (1, 2) or places * 4 != len(columns) - start:
+    places = _places(columns)
+    if len(places) not in (1, 2) or any(p[:3] != ("time", "algbw", "busbw") for p in places):
         return "the columns after 'time' are not groups of time, algbw, busbw, #wrong"
-    split = len(tokens) - 4 * places
+    if "timestamp" in columns and len(tokens) > 2 and re.match(r"\d{4}-\d\d-\d\d$", tokens[-2]):
+        tokens = tokens[:-2]  # -S: the row's date and time
+    split = len(tokens) - sum(len(p) for p in places)
     fixed = _fixed(columns[:start], tokens[:split]) if split > 0 else None
     if fixed is None:
         return f"{len(tokens)} fields where the columns say {len(columns)}"
@@ -235,12 +247,11 @@ def _parse_row(
         block.op = guessed
     redop = fixed.get("redop", "none")
     root = int(fixed["root"]) if _NUMBER.match(fixed.get("root", "")) else -1
-    names, rest = columns[start:], tokens[split:]
+    rest = tokens[split:]
     rows = []
-    for place in range(places):
-        group = dict(
-            zip(names[4 * place : 4 * place + 4], rest[4 * place : 4 * place + 4], strict=True)
-        )
+    for place, names in enumerate(places):
+        group = dict(zip(names, rest[: len(names)], strict=True))
+        rest = rest[len(names) :]
         time = _value(group.get("time", ""))
         if time is None:
             if group.get("time") == "N/A":  # a place this version did not run
