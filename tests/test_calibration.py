@@ -149,3 +149,11 @@ def test_held_out_by_scale_calibration_rows_never_scored() -> None:
     preset = sum(abs(h.preset_error) <= 0.15 for h in scored)
     assert calibrated >= 163 and preset <= 95 and calibrated > 1.5 * preset
     assert statistics.median(abs(h.error) for h in scored) <= 0.09
+
+
+def test_the_calibrated_band_is_the_held_out_error() -> None:
+    """CALIBRATED_BAND is the 75th percentile of the held-out error (a constant, measured)."""
+    from gpuprof.predict.network import CALIBRATED_BAND
+
+    errors = sorted(abs(h.error) for h in held_out()[0])
+    assert errors[int(0.75 * len(errors))] == pytest.approx(CALIBRATED_BAND, abs=0.02)

@@ -266,6 +266,11 @@ def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
     for args in (("show", two), ("report", two), ("compare", two, one, "-o", tmp_path / "c.html")):
         got = gp(*args)
         assert got.code == 0, (args, got.err)
+    # the report's scaling section: the calibrated curve, its band, the measured point and
+    # other H100 clusters' published all_reduce at the same size
+    page = (two / "report.html").read_text()
+    assert "band (held-out error)" in page and "published (same system)" in page
+    assert "calibrated by what this run measured" in page
     predicted = gp("predict", two, "--nodes", "2,4,16", "--sizes", "8,32M,1G", "--format", "json")
     assert predicted.code == 0, predicted.err
     rows = json.loads(predicted.out)["collectives"]

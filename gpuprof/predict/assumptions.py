@@ -28,7 +28,11 @@ def source_note(system: System, same: bool, calibrated: bool = False) -> str:
 
 
 def assumptions(
-    backend: str, basis: DDPBasis | None, request: PredictRequest, system: System | None
+    backend: str,
+    basis: DDPBasis | None,
+    request: PredictRequest,
+    system: System | None,
+    calibrated: bool = False,
 ) -> list[str]:
     """What every prediction assumes, said once."""
     if system is not None:
@@ -36,7 +40,14 @@ def assumptions(
             f"Collectives on {system.name}: NCCL's own cost model (ring, tree, NVLS, NVLS-tree, "
             "CollNet, PAT; LL, LL128, Simple), the fastest algorithm and protocol per size as "
             "NCCL would pick, its channels from the preset's NVLink and NICs "
-            "(docs/prediction.md). Band: +-15%, the model's error on published bandwidth rows."
+            "(docs/prediction.md). Band: +-15%, the model's error on published bandwidth rows"
+            + (
+                "; calibrated by the run's own measurement (latency x, transfer x per size, "
+                "carried to other shapes): +-33%, the 75th percentile of that error on published "
+                "results held out by scale (median 8.5%)."
+                if calibrated
+                else "."
+            )
         ]
     else:
         lines = [

@@ -15,9 +15,10 @@ from gpuprof.predict.collectives import Collective, Links, WhatIf, apply_links, 
 # the band of a prediction from NCCL's model: its worst error on the bandwidth-bound published
 # rows (docs/validation.md)
 MODEL_BAND = 0.15
-# the band of a calibrated prediction at another shape: the 90th percentile of its error on the
-# published results held out by scale (docs/validation.md, benchmarks/predict_published.py)
-CALIBRATED_BAND = 0.15
+# the band of a calibrated prediction at another shape: the 75th percentile of its error on the
+# published results held out by scale (docs/validation.md, benchmarks/predict_published.py;
+# the median is 8.5%, the 90th percentile 65%: fabric effects a small scale cannot see)
+CALIBRATED_BAND = 0.33
 
 
 class Network(Protocol):

@@ -19,9 +19,12 @@ def predicted_figure(
     ytitle: str,
     marks: tuple[float, ...] = (),
     log_y: bool = False,
+    published: pd.DataFrame | None = None,
+    band: str = "band (fit residuals)",
 ) -> go.Figure:
     """`predicted` (world_size, y, low, high) as a line in a band, `measured` (world_size, y,
-    label) as markers, and dotted horizontal `marks`."""
+    label) as markers, `published` (the same columns: other clusters of the same system) as
+    open markers, and dotted horizontal `marks`."""
     fig = go.Figure()
     x = list(predicted["world_size"])
     fig.add_trace(
@@ -31,7 +34,7 @@ def predicted_figure(
             fill="toself",
             fillcolor="rgba(76,120,168,0.18)",
             line={"width": 0},
-            name="band (fit residuals)",
+            name=band,
             hoverinfo="skip",
         )
     )
@@ -56,6 +59,18 @@ def predicted_figure(
                 marker={"size": 11, "color": "#e45756", "symbol": "diamond"},
                 text=measured["label"],
                 hovertemplate="%{text}: %{y:.3g} (measured)<extra></extra>",
+            )
+        )
+    if published is not None and not published.empty:
+        fig.add_trace(
+            go.Scatter(
+                x=published["world_size"],
+                y=published[y],
+                mode="markers",
+                name="published (same system)",
+                marker={"size": 10, "color": "#54a24b", "symbol": "diamond-open"},
+                text=published["label"],
+                hovertemplate="%{text}: %{y:.3g} (published)<extra></extra>",
             )
         )
     for mark in marks:

@@ -12,13 +12,15 @@ import plotly.graph_objects as go
 from gpuprof.analysis.ddp import scaling
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.machine.systems import PRESETS
+from gpuprof.predict.calibrations import run_system
 from gpuprof.predict.nccl import collective
 from gpuprof.predict.predictions import COLLECTIVES, DDP, report_curves
-from gpuprof.predict.published import BOUND, LARGE, checked
+from gpuprof.predict.published import BOUND, LARGE, SCALES, checked, published_time, rows
 from gpuprof.predict.text import fit_rows
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.reports.figures_scaling import predicted_figure, published_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, Table, embed
+from gpuprof.specs.collectives import bus_factor
 from gpuprof.units import format_size
 
 METHOD = (
@@ -85,6 +87,7 @@ def _collective_figure(analyzed: Analyzed, coll: pd.DataFrame, op: str) -> str |
             busbw_gbps=("busbw_gbps", "min")
         )
     measured["label"] = measured["scope"] + " n=" + measured["world_size"].astype(str)
+    calibrated = bool(curve["source"].str.contains(r" \+ |^measured", regex=True).any())
     return embed(
         predicted_figure(
             curve,
@@ -95,7 +98,38 @@ def _collective_figure(analyzed: Analyzed, coll: pd.DataFrame, op: str) -> str |
             title=f"{op} {format_size(size)} bus bandwidth: predicted and measured",
             ytitle="busbw GB/s (log)",
             log_y=True,
+            published=_same_system(analyzed, op, size),
+            band="band (held-out error)" if calibrated else "band (fit residuals)",
         )
+    )
+
+
+def _same_system(analyzed: Analyzed, op: str, size: int) -> pd.DataFrame:
+    """Published results of other clusters of the system the run says it was measured on
+    (`gpuprof import ... --hardware`), at this op and size: world_size, busbw_gbps, label."""
+    system = run_system(analyzed.info)
+    found = [
+        r
+        for r in rows(SCALES)
+        if system is not None
+        and r["preset"] == system.name
+        and r["op"] == op
+        and int(r["size_bytes"]) == size
+        and not r["algorithm"]
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "world_size": int(r["nodes"]) * int(r["gpus_per_node"]),
+                "busbw_gbps": bus_factor(op, int(r["nodes"]) * int(r["gpus_per_node"]))
+                * size
+                / published_time(r)
+                / 1e3,
+                "label": f"{r['system'][:60]}, {r['nodes']} nodes; {r['source']}",
+            }
+            for r in found
+        ],
+        columns=["world_size", "busbw_gbps", "label"],
     )
 
 
@@ -196,8 +230,13 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     fits = fit_rows(curves[0].fits)
     one_node = int(analyzed.info.get("num_nodes") or 1) == 1
     over = "ranks in one node (this run had one node)" if one_node else "nodes"
+    source = "this run's own fits"
+    calibrating = [n for c in curves for n in c.notes if " calibrated by " in n]
+    if calibrating:
+        source = "NCCL's model calibrated by what this run measured (" + calibrating[0] + ")"
     text = (
-        f"Predicted over {over} from this run's own fits; the red diamonds are measured. "
+        f"Predicted over {over} from {source}; the red diamonds are measured, open green "
+        "ones published by other clusters of the same system. "
         + (_crossings(ddp) + " " if not ddp.empty else "")
         + " ".join(curves[0].assumptions[:1])
     )
