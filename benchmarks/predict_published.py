@@ -74,7 +74,7 @@ def held_out_report() -> None:
 
 def calibrated_speed() -> None:
     with tempfile.TemporaryDirectory() as out:
-        (run_dir,) = import_logs([CALIBRATION_LOG], Path(out), [], "dgx-h100")
+        (run_dir,) = import_logs([CALIBRATION_LOG], Path(out), [], "collectives", "dgx-h100")
         analyzed = Analyzed(open_run(run_dir))
         request = PredictRequest(
             nodes=tuple(2**k for k in range(11)), sizes=tuple(2**k for k in range(3, 35))

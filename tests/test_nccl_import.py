@@ -281,3 +281,28 @@ def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
     larger = [r for r in rows if r["op"] == "all_reduce" and r["nodes"] > 2]
     assert len(larger) == 6 and all(r["source"] == "2x8 + dgx-h100" for r in larger)
     assert all(r["terms"].startswith("latency x") for r in larger)
+
+
+def test_trend_baseline_and_check_read_imported_runs(gp: Gp, tmp_path: Path) -> None:
+    """Two imports of one log make a baseline; a log whose 1 MiB and larger times are 1.3x
+    is a regression of exactly those cases (exit 1); the same log again passes."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    out = tmp_path / "runs"
+    runs = [_import(gp, out, log)[0] for _ in range(3)]
+    slow = tmp_path / "all_reduce_slow.log"
+    lines = []
+    for line in log.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 13 and fields[0].isdigit() and int(fields[0]) >= 1 << 20:
+            fields[5], fields[9] = (f"{1.3 * float(fields[i]):.1f}" for i in (5, 9))
+            line = "  ".join(fields)
+        lines.append(line)
+    slow.write_text("\n".join(lines) + "\n")
+    (slower,) = _import(gp, out, slow)
+    assert gp("trend", *runs, slower, "-o", tmp_path / "trend.html").code == 0
+    base = tmp_path / "base.json"
+    assert gp("baseline", runs[0], runs[1], "-o", base).code == 0
+    same = gp("check", "--baseline", base, "--run", runs[2])
+    assert same.code == 0 and "regression" not in same.out.splitlines()[-1]
+    worse = gp("check", "--baseline", base, "--run", slower)
+    assert worse.code == 1 and worse.out.splitlines()[-1] == "34 same, 30 regression"

@@ -9,6 +9,7 @@ import click
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import PRESETS
+from gpuprof.specs.collectives import SPEC
 
 
 @click.group("import")
@@ -52,7 +53,7 @@ def import_nccl_tests(
     if (nodes is None) != (gpus is None):
         raise UsageError("--nodes and --gpus go together", "e.g. --nodes 2 --gpus 8")
     argv = (ctx.obj or {}).get("argv", [])
-    for path in import_logs(list(logs), Path(out), argv, hardware, nodes, gpus):
+    for path in import_logs(list(logs), Path(out), argv, SPEC.name, hardware, nodes, gpus):
         click.echo(str(path))
 
 

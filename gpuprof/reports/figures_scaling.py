@@ -49,30 +49,28 @@ def predicted_figure(
             hovertemplate="%{x} ranks: %{y:.3g} (predicted)<extra></extra>",
         )
     )
-    if not measured.empty:
-        fig.add_trace(
-            go.Scatter(
-                x=measured["world_size"],
-                y=measured[y],
-                mode="markers",
-                name="measured",
-                marker={"size": 11, "color": "#e45756", "symbol": "diamond"},
-                text=measured["label"],
-                hovertemplate="%{text}: %{y:.3g} (measured)<extra></extra>",
+    points = [
+        (measured, "measured", "measured", {"size": 11, "color": "#e45756", "symbol": "diamond"}),
+        (
+            published if published is not None else pd.DataFrame(),
+            "published (same system)",
+            "published",
+            {"size": 10, "color": "#54a24b", "symbol": "diamond-open"},
+        ),
+    ]
+    for frame, name, kind, marker in points:
+        if not frame.empty:
+            fig.add_trace(
+                go.Scatter(
+                    x=frame["world_size"],
+                    y=frame[y],
+                    mode="markers",
+                    name=name,
+                    marker=marker,
+                    text=frame["label"],
+                    hovertemplate=f"%{{text}}: %{{y:.3g}} ({kind})<extra></extra>",
+                )
             )
-        )
-    if published is not None and not published.empty:
-        fig.add_trace(
-            go.Scatter(
-                x=published["world_size"],
-                y=published[y],
-                mode="markers",
-                name="published (same system)",
-                marker={"size": 10, "color": "#54a24b", "symbol": "diamond-open"},
-                text=published["label"],
-                hovertemplate="%{text}: %{y:.3g} (published)<extra></extra>",
-            )
-        )
     for mark in marks:
         fig.add_hline(y=mark, line={"dash": "dash", "color": "gray"}, annotation_text=f"{mark:.0%}")
     fig.update_layout(

@@ -159,13 +159,15 @@ def import_logs(
     paths: list[Path],
     out: Path,
     argv: list[str],
+    probe: str,
     hardware: str | None = None,
     nodes: int | None = None,
     gpus: int | None = None,
 ) -> list[Path]:
     """nccl-tests logs -> one new run folder per job shape they hold (its collectives table,
     run.json with `source: nccl-tests`). Every log is read and checked before anything is
-    written; a case measured more than once (`-N` cycles, a test run again) keeps every time,
+    written (`probe`: the collectives probe's name, whose table they fill); a case measured
+    more than once (`-N` cycles, a test run again) keeps every time,
     one iteration each."""
     if not paths:
         raise UsageError("no log given", "gpuprof import nccl-tests all_reduce.log ...")
@@ -176,14 +178,16 @@ def import_logs(
         raise UsageError(f"no complete row in any test: {why}", "the log has no results")
     shapes = _shapes([log for log in logs if log.rows], nodes, gpus)
     check_out_dir(out)
-    runs = [_write_run(shape, out, argv, system) for shape in shapes if shape.tests]
+    runs = [_write_run(shape, out, argv, system, probe) for shape in shapes if shape.tests]
     for log in logs:
         for line in log.stopped + log.skipped:
             warn(line)
     return runs
 
 
-def _write_run(shape: _Shape, out: Path, argv: list[str], system: dict[str, Any] | None) -> Path:
+def _write_run(
+    shape: _Shape, out: Path, argv: list[str], system: dict[str, Any] | None, probe: str
+) -> Path:
     ranks, node_list = _ranks_json(shape.devices)
     world = shape.nodes * shape.gpus
     logs = list(dict.fromkeys(log for log, _ in shape.tests))
@@ -207,7 +211,7 @@ def _write_run(shape: _Shape, out: Path, argv: list[str], system: dict[str, Any]
         "device": "cuda",
         "backend": "nccl",
         "suite": "nccl-tests",
-        "probes": ["collectives"],
+        "probes": [probe],
         "model": None,
         "versions": versions,
         "env": env,
@@ -239,7 +243,7 @@ def _write_run(shape: _Shape, out: Path, argv: list[str], system: dict[str, Any]
             first = rows[0]
             wrong = [r.nwrong for r in rows]
             record = CaseRecord(
-                probe="collectives",
+                probe=probe,
                 case_id=case,
                 where=where,
                 params={

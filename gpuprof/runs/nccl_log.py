@@ -310,13 +310,9 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
             if _OPTIONS.match(stripped):  # a new test: its own ranks follow
                 options, devices, block = _options(stripped), [], None
             elif rank:
+                found_rank, host, index = int(rank["rank"]), rank["host"], int(rank["device"])
                 device = Device(
-                    rank=int(rank["rank"]),
-                    host=rank["host"],
-                    device=int(rank["device"]),
-                    bus=rank["bus"],
-                    name=rank["name"],
-                    pid=int(rank["pid"]),
+                    found_rank, host, index, rank["bus"], rank["name"], int(rank["pid"])
                 )
                 if all(d.rank != device.rank for d in devices):
                     devices.append(device)
