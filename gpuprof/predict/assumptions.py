@@ -33,6 +33,7 @@ def assumptions(
     request: PredictRequest,
     system: System | None,
     calibrated: bool = False,
+    same: bool = False,
 ) -> list[str]:
     """What every prediction assumes, said once."""
     if system is not None:
@@ -78,7 +79,7 @@ def assumptions(
         )
     if request.compute_ms:
         lines.append("--compute-ms: the one-rank step on the target, as given.")
-    if system is not None:
+    if system is not None and not same:  # the run measured another kind of device
         lines.append(
             f"On {system.name}'s GPU: compute scaled by the run's float32 matmul rate against "
             "the GPU's datasheet float32 peak, the optimizer by the run's copy bandwidth against "

@@ -171,7 +171,7 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
         whatifs=whatifs,
         pipeline=pipeline,
         crossings=crossings,
-        assumptions=assumptions(backend, basis, request, system, bool(calibrations)),
+        assumptions=assumptions(backend, basis, request, system, bool(calibrations), same),
         notes=notes,
     )
 
