@@ -271,6 +271,8 @@ def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
     page = (two / "report.html").read_text()
     assert "band (held-out error)" in page and "published (same system)" in page
     assert "calibrated by what this run measured" in page
+    assert "gpuprof measured nothing here" in page and "None logical cores" not in page
+    assert "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt: all_reduce (32 rows" in page
     predicted = gp("predict", two, "--nodes", "2,4,16", "--sizes", "8,32M,1G", "--format", "json")
     assert predicted.code == 0, predicted.err
     rows = json.loads(predicted.out)["collectives"]

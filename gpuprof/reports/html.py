@@ -36,6 +36,13 @@ SCALING_ADVICE = "gpuprof.advice.scaling:findings"
 
 def general_method(info: dict[str, Any]) -> list[str]:
     """How every number was timed (each section adds its own lines)."""
+    if info.get("source") == "nccl-tests":
+        return [
+            "Imported (gpuprof import nccl-tests): gpuprof measured nothing here. Each time is "
+            "the one nccl-tests printed for its case (by default the mean over ranks of the "
+            "mean iteration time; one row per case and -N cycle), algbw and busbw are "
+            "recomputed from it with nccl-tests' formulas, #wrong as printed.",
+        ]
     cuda = info.get("device") == "cuda"
     timer = (
         "CUDA events recorded around every iteration on the current stream, the stream "
@@ -58,12 +65,14 @@ def _meta(info: dict[str, Any]) -> list[tuple[str, str]]:
         cpu = node.get("cpu", {})
         gpus = node.get("gpus", [])
         gpu_text = f"{len(gpus)} x {gpus[0]['name']}" if gpus else "none visible to NVML"
+        host = (  # an imported run knows its GPUs only
+            f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores, "
+            f"{format_size(node.get('memory_bytes', 0))} memory; "
+            if cpu
+            else ""
+        )
         rows.append(
-            (
-                f"node {node.get('node_rank')}: {node.get('host')}",
-                f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores, "
-                f"{format_size(node.get('memory_bytes', 0))} memory; GPUs: {gpu_text}",
-            )
+            (f"node {node.get('node_rank')}: {node.get('host')}", f"{host}GPUs: {gpu_text}")
         )
     versions = info.get("versions", {})
     rows.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)))
@@ -74,6 +83,14 @@ def _meta(info: dict[str, Any]) -> list[tuple[str, str]]:
             f"{info.get('gpus_per_node')} rank(s))",
         )
     )
+    for imported in info.get("imported") or []:  # gpuprof import: which file, which tests
+        tests = ", ".join(
+            f"{t.get('program') or t.get('op')} ({t.get('rows')} rows from line {t.get('line')}"
+            + (f"; {t['stopped']}" if t.get("stopped") else "")
+            + ")"
+            for t in imported.get("tests", [])
+        )
+        rows.append((f"{info.get('source')} log", f"{imported.get('file')}: {tests}"))
     env = info.get("env", {})
     if env:
         rows.append(("environment", ", ".join(f"{k}={v}" for k, v in env.items())))

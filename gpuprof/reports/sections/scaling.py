@@ -99,7 +99,13 @@ def _collective_figure(analyzed: Analyzed, coll: pd.DataFrame, op: str) -> str |
             ytitle="busbw GB/s (log)",
             log_y=True,
             published=_same_system(analyzed, op, size),
-            band="band (held-out error)" if calibrated else "band (fit residuals)",
+            band=(
+                "band (held-out error)"
+                if calibrated
+                else "band (model error)"
+                if curve["source"].str.startswith("preset").all()
+                else "band (fit residuals)"
+            ),
         )
     )
 
@@ -253,7 +259,8 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
             scroll=False,
         )
     )
-    notes = sorted({n for c in curves for n in c.notes})
+    said = set(calibrating) | {n for c in curves for n in c.notes if "calibrate" in n}
+    notes = sorted({n for c in curves for n in c.notes} - said)
     if notes:
         blocks.append(Note(text="Not predicted: " + "; ".join(notes)))
     blocks += _published(analyzed)
