@@ -70,6 +70,9 @@ def held_out_report() -> None:
         print(_summary(name, [h for h in scored if h.size_class == name]))
     systems = len({h.row["system"] for h in scored})
     print(_summary(f"all held-out rows ({systems} systems)", scored))
+    two, _ = held_out(scales=2)
+    systems = len({h.row["system"] for h in two})
+    print(_summary(f"calibrated at the two smallest node counts ({systems} systems)", two))
 
 
 def calibrated_speed() -> None:

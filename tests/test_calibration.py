@@ -157,3 +157,21 @@ def test_the_calibrated_band_is_the_held_out_error() -> None:
 
     errors = sorted(abs(h.error) for h in held_out()[0])
     assert errors[int(0.75 * len(errors))] == pytest.approx(CALIBRATED_BAND, abs=0.02)
+
+
+def test_held_out_from_the_two_smallest_node_counts() -> None:
+    """`predict --calibrate-with`: two measured scales, each row from the nearest. Measured:
+    93 of 151 rows within 15% (4 systems with a third node count); the same rows from the
+    smallest scale alone: 90."""
+    two, _ = held_out(scales=2)
+    one = {(h.row["system"], h.row["op"], h.row["algorithm"], h.row["nodes"], h.row["size_bytes"]):
+           h for h in held_out()[0]}  # fmt: skip
+    assert len(two) >= 150 and len({h.row["system"] for h in two}) >= 4
+    assert all(int(h.row["nodes"]) > h.calibrated_at for h in two)
+    within = sum(abs(h.error) <= 0.15 for h in two)
+    alone = sum(
+        abs(one[(h.row["system"], h.row["op"], h.row["algorithm"], h.row["nodes"],
+                 h.row["size_bytes"])].error) <= 0.15
+        for h in two
+    )  # fmt: skip
+    assert within >= 93 and within >= alone

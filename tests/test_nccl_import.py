@@ -308,3 +308,27 @@ def test_trend_baseline_and_check_read_imported_runs(gp: Gp, tmp_path: Path) -> 
     assert same.code == 0 and "regression" not in same.out.splitlines()[-1]
     worse = gp("check", "--baseline", base, "--run", slower)
     assert worse.code == 1 and worse.out.splitlines()[-1] == "34 same, 30 regression"
+
+
+def test_a_second_run_calibrates_the_node_counts_nearest_it(gp: Gp, tmp_path: Path) -> None:
+    """`--calibrate-with`: a test at 2 nodes (the run) and, made from it, one at 4 nodes (its
+    rank lines taken out, the shape given): a 4-node prediction comes back as that
+    measurement, 8 from the 4-node one; a run that is not there is refused in one line."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    out = tmp_path / "runs"
+    (two,) = _import(gp, out, log, "--hardware", "dgx-h100")
+    lines = [line for line in log.read_text().splitlines() if "Rank " not in line]
+    (tmp_path / "all_reduce_4n.log").write_text("\n".join(lines) + "\n")
+    (four,) = _import(gp, out, tmp_path / "all_reduce_4n.log", "--hardware", "dgx-h100",
+                      "--nodes", "4", "--gpus", "8")  # fmt: skip
+    got = gp("predict", two, "--calibrate-with", four, "--nodes", "2,4,8", "--sizes", "1G",
+             "--format", "json")  # fmt: skip
+    assert got.code == 0, got.err
+    rows = {r["nodes"]: r for r in json.loads(got.out)["collectives"] if r["op"] == "all_reduce"}
+    assert rows[2]["source"] == "measured 2x8" and rows[4]["source"] == "measured 4x8"
+    assert rows[8]["source"] == "4x8 + dgx-h100"
+    assert rows[4]["time_us"] == rows[2]["time_us"]  # the same printed time
+    notes = json.loads(got.out)["notes"]
+    assert any(f"{two.name} (nccl-tests) at 2 node(s)" in n and f"{four.name}" in n for n in notes)
+    refused = gp("predict", two, "--calibrate-with", "nowhere", "--nodes", "4")
+    assert refused.code == 2

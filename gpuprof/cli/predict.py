@@ -80,10 +80,18 @@ def _positive(name: str, value: float | None) -> float | None:
 @click.option("--accum", type=click.IntRange(1, 1024), help="what-if: gradient accumulation steps")
 @click.option("--micro-batches", "micro_text", help="pipeline micro-batch counts, e.g. 8,16")
 @click.option(
+    "--calibrate-with",
+    "also",
+    multiple=True,
+    metavar="RUN",
+    help="another run on the same system (e.g. more nodes): it calibrates too, the nearest "
+    "measured node count predicting each row (repeatable)",
+)
+@click.option(
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
 )
 @out_option
-def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
+def predict(run_spec: str, fmt: str, out: str, also: tuple[str, ...], **kw: Any) -> None:
     """Predict collectives, the DDP step and the pipeline step at other node counts, on other
     hardware or for another model: from the run's own fits (alpha-beta per op and link), or
     on a described system (--hardware) under NCCL's own cost model.
@@ -132,7 +140,8 @@ def predict(run_spec: str, fmt: str, out: str, **kw: Any) -> None:
         accum=kw["accum"],
         micro_batches=micro,
     )
-    found = run_predict(Analyzed(open_run(run_spec, out)), request)
+    others = tuple(Analyzed(open_run(spec, out)) for spec in also)
+    found = run_predict(Analyzed(open_run(run_spec, out)), request, others)
     if fmt == "json":
         click.echo(json.dumps(found.to_dict(), indent=1, default=str))
     else:

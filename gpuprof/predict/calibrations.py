@@ -67,10 +67,12 @@ def calibration_notes(
     """Which measurement calibrated which op, said once each."""
     lines = []
     for (op, dtype), found in sorted(calibrations.items()):
-        shapes = ", ".join(f"{c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found)
+        shapes = "; ".join(
+            f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found
+        )
         lines.append(
-            f"{op} {dtype} calibrated by {found[0].origin}, measured at {shapes}; other "
-            f"shapes with NCCL's structure on {system.name}"
+            f"{op} {dtype} calibrated by {shapes}; other shapes with NCCL's structure on "
+            f"{system.name}"
         )
     if calibrations and all(c.nodes == 1 for cs in calibrations.values() for c in cs):
         lines.append(

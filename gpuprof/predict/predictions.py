@@ -100,8 +100,12 @@ class Prediction:
         }
 
 
-def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
-    """Every prediction the run supports; a UsageError when it supports none."""
+def predict(
+    analyzed: Analyzed, request: PredictRequest, also: tuple[Analyzed, ...] = ()
+) -> Prediction:
+    """Every prediction the run supports; a UsageError when it supports none. `also`: more
+    runs on the same system whose collectives calibrate too (`--calibrate-with`: another node
+    count; each prediction takes the nearest measured one)."""
     info = analyzed.info
     backend = str(info.get("backend") or "gloo")
     system = load_system(request.hardware) if request.hardware else run_system(info)
@@ -131,6 +135,15 @@ def predict(analyzed: Analyzed, request: PredictRequest) -> Prediction:
     calibrations: dict[tuple[str, str], list[Calibration]] = {}
     if system is not None and same and analyzed.has(COLLECTIVES):
         calibrations = calibrations_of(analyzed, system)
+    for extra in also:
+        if system is None or not same_hardware(extra, system) or not extra.has(COLLECTIVES):
+            raise UsageError(
+                f"--calibrate-with {extra.info.get('run_id')}: it did not measure the "
+                f"collectives on {system.gpu if system else 'the system (give --hardware)'}",
+                "give runs of the same system's GPUs",
+            )
+        for key, found in calibrations_of(extra, system).items():
+            calibrations.setdefault(key, []).extend(found)
     if system is not None:
         backend = "nccl"
         notes.append(source_note(system, same, bool(calibrations)))

@@ -111,11 +111,13 @@ def _series(row: dict[str, str]) -> tuple[str, ...]:
     return (row["system"], row["preset"], row["op"], row["gpus_per_node"], row["algorithm"])
 
 
-def held_out(path: Path = SCALES) -> tuple[list[HeldOut], list[str]]:
+def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[str]]:
     """Every published row of a system measured at two or more node counts, predicted from
     the system's smallest node count that crossed nodes (its rows calibrate, none is scored),
     beside the preset alone; and why rows were left out. One node's rows calibrate one node
     only (they crossed no network), so they are neither a calibration across nodes nor scored.
+    With `scales` 2: the two smallest node counts across nodes calibrate (each row predicted
+    from the nearest, as `predict --calibrate-with` does), for systems with a third to score.
     Nothing is fitted to a scored row."""
     series: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows(path):
@@ -129,20 +131,24 @@ def held_out(path: Path = SCALES) -> tuple[list[HeldOut], list[str]]:
         if any(r["collnet"] == "yes" for r in members):
             system = replace(system, collnet=True)
         counts = sorted({int(r["nodes"]) for r in members if int(r["nodes"]) > 1})
-        if len(counts) < 2:
+        if len(counts) < scales + 1:
             continue
-        base = counts[0]
-        points = {
-            int(r["size_bytes"]): published_time(r) for r in members if int(r["nodes"]) == base
-        }
+        base = counts[scales - 1]
         forced = algorithm if algorithm in nccl.ALGOS else None
         if algorithm and forced is None:
             left.append(f"{system_name[:40]} {op} {algorithm}: not in the model")
             continue
-        found = calibrate(
-            system, op, "float32", base, gpus, sorted(points.items()), system_name, forced
-        )
-        if found is None:
+        founds = []
+        for count in counts[:scales]:
+            points = {
+                int(r["size_bytes"]): published_time(r) for r in members if int(r["nodes"]) == count
+            }
+            got = calibrate(
+                system, op, "float32", count, gpus, sorted(points.items()), system_name, forced
+            )
+            if got is not None:
+                founds.append(got)
+        if len(founds) < scales:
             left.append(f"{system_name[:40]} {op} {algorithm}: the model cannot calibrate it")
             continue
         for row in members:
@@ -152,10 +158,13 @@ def held_out(path: Path = SCALES) -> tuple[list[HeldOut], list[str]]:
             size = float(row["size_bytes"])
             target = calibration_system(system, gpus)
             alone = nccl.collective(target, op, nodes * gpus, size, forced)
-            chosen = choose([found], nodes, gpus, system.domain)
-            got = predict_calibrated(system, chosen, nodes, gpus, size).time_us if chosen else None
+            chosen = choose(founds, nodes, gpus, system.domain)
+            got_us = (
+                predict_calibrated(system, chosen, nodes, gpus, size).time_us if chosen else None
+            )
+            at = chosen.nodes if chosen else base
             scored.append(
-                HeldOut(row, published_time(row), got or alone.time_us, alone.time_us, base)
+                HeldOut(row, published_time(row), got_us or alone.time_us, alone.time_us, at)
             )
     return scored, left
 

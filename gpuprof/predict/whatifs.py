@@ -41,10 +41,14 @@ class PredictRequest:
 
 
 def same_hardware(analyzed: Analyzed, system: System) -> bool:
-    """Whether the run measured the system's GPU (its fits then describe the same links)."""
+    """Whether the run measured the system's GPU (its fits then describe the same links): its
+    ranks' GPUs, or the GPU of the system it says it was measured on (`import --hardware`)."""
     if str(analyzed.info.get("device") or "") != "cuda":
         return False
     names = set(gpu_names(analyzed.info).values())
+    described = analyzed.info.get("hardware")
+    if isinstance(described, dict) and described.get("gpu"):
+        names.add(str(described["gpu"]))
     target = gpu_peaks(system.gpu)
     return bool(target) and any(gpu_peaks(n) == target for n in names if n)
 
