@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprof.analysis.summary import Analyzed
+from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, system_from_dict
 from gpuprof.predict.calibrate import Calibration, calibrate, forced_algorithm
 from gpuprof.predict.nccl import OPS, P2P_OPS
+from gpuprof.predict.whatifs import same_hardware
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
 
 COLLECTIVES = _COLLECTIVES.name
@@ -80,3 +82,23 @@ def calibration_notes(
             "import their nccl-tests logs, to calibrate the network)"
         )
     return lines
+
+
+def measured_calibrations(
+    analyzed: Analyzed, also: tuple[Analyzed, ...], system: System | None, same: bool
+) -> dict[tuple[str, str], list[Calibration]]:
+    """Per op and dtype, the calibrations of the run (where it measured the system's GPUs) and
+    of every `--calibrate-with` run; a UsageError names one that did not measure them."""
+    calibrations: dict[tuple[str, str], list[Calibration]] = {}
+    if system is not None and same and analyzed.has(COLLECTIVES):
+        calibrations = calibrations_of(analyzed, system)
+    for extra in also:
+        if system is None or not same_hardware(extra, system) or not extra.has(COLLECTIVES):
+            raise UsageError(
+                f"--calibrate-with {extra.info.get('run_id')}: it did not measure the "
+                f"collectives on {system.gpu if system else 'the system (give --hardware)'}",
+                "give runs of the same system's GPUs",
+            )
+        for key, found in calibrations_of(extra, system).items():
+            calibrations.setdefault(key, []).extend(found)
+    return calibrations

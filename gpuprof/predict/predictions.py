@@ -24,8 +24,7 @@ from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system
 from gpuprof.predict.assumptions import assumptions, source_note
-from gpuprof.predict.calibrate import Calibration
-from gpuprof.predict.calibrations import calibration_notes, calibrations_of, run_system
+from gpuprof.predict.calibrations import calibration_notes, measured_calibrations, run_system
 from gpuprof.predict.collectives import WhatIf, links_for
 from gpuprof.predict.ddp import DDPBasis, ddp_basis, predict_ddp
 from gpuprof.predict.fits import Fit, fit_collectives, fits_frame
@@ -132,18 +131,7 @@ def predict(
         except UsageError as exc:
             notes.append(f"DDP not predicted: {exc.message}")
     same = system is not None and same_hardware(analyzed, system)
-    calibrations: dict[tuple[str, str], list[Calibration]] = {}
-    if system is not None and same and analyzed.has(COLLECTIVES):
-        calibrations = calibrations_of(analyzed, system)
-    for extra in also:
-        if system is None or not same_hardware(extra, system) or not extra.has(COLLECTIVES):
-            raise UsageError(
-                f"--calibrate-with {extra.info.get('run_id')}: it did not measure the "
-                f"collectives on {system.gpu if system else 'the system (give --hardware)'}",
-                "give runs of the same system's GPUs",
-            )
-        for key, found in calibrations_of(extra, system).items():
-            calibrations.setdefault(key, []).extend(found)
+    calibrations = measured_calibrations(analyzed, also, system, same)
     if system is not None:
         backend = "nccl"
         notes.append(source_note(system, same, bool(calibrations)))
