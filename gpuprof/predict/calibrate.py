@@ -59,6 +59,21 @@ def at_gpus(system: System, gpus: int) -> System:
     )
 
 
+def _interpolate(knots: tuple[tuple[float, float], ...], size: float) -> float | None:
+    """The factor at `size` between (log2 size, factor) knots, in log2(size); the nearest
+    knot's beyond them; None without knots."""
+    if not knots:
+        return None
+    where = math.log2(max(size, 1.0))
+    i = bisect.bisect_left([k[0] for k in knots], where)
+    if i == 0:
+        return knots[0][1]
+    if i == len(knots):
+        return knots[-1][1]
+    (x0, y0), (x1, y1) = knots[i - 1], knots[i]
+    return y0 + (y1 - y0) * (where - x0) / (x1 - x0)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """What one op measured at one shape says about the system (see the module's docstring)."""
@@ -79,17 +94,7 @@ class Calibration:
 
     def factor(self, size: float) -> float | None:
         """The bandwidth factor at `size` (None: no size measured the bandwidth)."""
-        if not self.knots:
-            return None
-        where = math.log2(max(size, 1.0))
-        logs = [k[0] for k in self.knots]
-        i = bisect.bisect_left(logs, where)
-        if i == 0:
-            return self.knots[0][1]
-        if i == len(self.knots):
-            return self.knots[-1][1]
-        (x0, y0), (x1, y1) = self.knots[i - 1], self.knots[i]
-        return y0 + (y1 - y0) * (where - x0) / (x1 - x0)
+        return _interpolate(self.knots, size)
 
     def terms(self) -> str:
         """Which terms the measurement gives, for the tables' `terms` column."""
@@ -127,19 +132,18 @@ def calibrate(
         parts.append((size, time, choice.latency_us, choice.time_us - choice.latency_us))
     bound = [p for p in parts if p[2] > 0 and p[3] <= LATENCY_BOUND * p[2]]
     scale: float | None = None
-    knots: list[tuple[float, float]] = []
+    knots: tuple[tuple[float, float], ...] = ()
     for _ in range(ROUNDS):  # each estimate without the other's share of the time
-        draft = Calibration(op, dtype, nodes, gpus, (), scale, tuple(knots), origin)
         if bound:
             scale = statistics.median(
-                (t - (draft.factor(size) or 1.0) * transfer) / lat
+                (t - (_interpolate(knots, size) or 1.0) * transfer) / lat
                 for size, t, lat, transfer in bound
             )
-        knots = [
+        knots = tuple(
             (math.log2(size), max((time - (scale or 1.0) * lat) / transfer, MIN_FACTOR))
             for size, time, lat, transfer in parts
             if transfer >= LATENCY_BOUND * lat and transfer > 0
-        ]
+        )
     return Calibration(
         op=op,
         dtype=dtype,
@@ -147,7 +151,7 @@ def calibrate(
         gpus=gpus,
         measured=tuple(points),
         latency_scale=scale,
-        knots=tuple(knots),
+        knots=knots,
         origin=origin,
         algorithm=algorithm,
     )
@@ -168,13 +172,11 @@ def predict(
     system: System, calibration: Calibration, nodes: int, gpus: int, size: float
 ) -> Calibrated:
     """`calibration.op` of `size` bytes on nodes x gpus of `system`, calibrated."""
-    ranks = nodes * gpus
+    ranks, target = nodes * gpus, at_gpus(system, gpus)
     try:
-        choice = nccl.collective(
-            at_gpus(system, gpus), calibration.op, ranks, size, calibration.algorithm
-        )
+        choice = nccl.collective(target, calibration.op, ranks, size, calibration.algorithm)
     except ValueError:  # the forced algorithm does not run at this shape: NCCL's own choice
-        choice = nccl.collective(at_gpus(system, gpus), calibration.op, ranks, size)
+        choice = nccl.collective(target, calibration.op, ranks, size)
     factor = bus_factor(calibration.op, ranks) * size / 1e3
     if (nodes, gpus) == (calibration.nodes, calibration.gpus):
         for measured_size, time in calibration.measured:

@@ -98,6 +98,12 @@ class HeldOut:
         return next(name for name, low, high in SIZE_CLASSES if low <= size < high)
 
 
+@cache
+def scale_rows() -> tuple[dict[str, str], ...]:
+    """The rows of data/published_scales.tsv, read once (the report draws them)."""
+    return tuple(rows(SCALES))
+
+
 def published_time(row: dict[str, str]) -> float:
     """The row's time, us: as published, or from its busbw (nccl-tests' bus factor)."""
     if row["time_us"]:
@@ -167,12 +173,3 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
                 HeldOut(row, published_time(row), got_us or alone.time_us, alone.time_us, at)
             )
     return scored, left
-
-
-def single_scale_errors(path: Path = DATA) -> list[float]:
-    """The preset alone on the single-scale published rows (time error, as held_out's)."""
-    errors = []
-    for item in checked():
-        error = item.error
-        errors.append(1 / (1 + error) - 1 if item.row["metric"] == "busbw_gbps" else error)
-    return errors

@@ -83,39 +83,27 @@ def _hardware(spec: str | None) -> dict[str, Any] | None:
 
 def _ranks_json(devices: tuple[Device, ...]) -> tuple[list[dict[str, Any]], list[Any]]:
     """run.json's `ranks` and `nodes` from the rank lines (hosts in order of first rank)."""
-    hosts: list[str] = []
+    hosts: dict[str, list[Device]] = {}
     for device in sorted(devices, key=lambda d: d.rank):
-        if device.host not in hosts:
-            hosts.append(device.host)
-    ranks = []
-    for device in sorted(devices, key=lambda d: d.rank):
-        ranks.append(
-            {
-                "rank": device.rank,
-                "local_rank": sum(
-                    1 for d in devices if d.host == device.host and d.rank < device.rank
-                ),
-                "node_rank": hosts.index(device.host),
-                "host": device.host,
-                "device": f"cuda:{device.device}",
-                "pid": device.pid,
-                "gpu_name": device.name,
-                "pci_bus_id": device.bus,
-            }
-        )
-    nodes = [
-        {
-            "node_rank": node,
-            "host": host,
-            "gpus": [
-                {"nvml_index": d.device, "name": d.name, "pci_bus_id": d.bus}
-                for d in devices
-                if d.host == host
-            ],
-        }
-        for node, host in enumerate(hosts)
-    ]
-    return ranks, nodes
+        hosts.setdefault(device.host, []).append(device)
+    ranks, nodes = [], []
+    for node, (host, mine) in enumerate(hosts.items()):
+        for local, d in enumerate(mine):
+            ranks.append(
+                {
+                    "rank": d.rank,
+                    "local_rank": local,
+                    "node_rank": node,
+                    "host": host,
+                    "device": f"cuda:{d.device}",
+                    "pid": d.pid,
+                    "gpu_name": d.name,
+                    "pci_bus_id": d.bus,
+                }
+            )
+        gpus = [{"nvml_index": d.device, "name": d.name, "pci_bus_id": d.bus} for d in mine]
+        nodes.append({"node_rank": node, "host": host, "gpus": gpus})
+    return sorted(ranks, key=lambda r: int(r["rank"])), nodes
 
 
 @dataclass

@@ -169,10 +169,6 @@ def _column_header(text: str) -> tuple[str, ...] | None:
     return tuple(tokens)
 
 
-def _op_of(program: str | None) -> str | None:
-    return PROGRAMS.get(program or "")
-
-
 def _guess_op(fixed: dict[str, str], count: int, size: int, elem: int, ranks: int) -> str | None:
     """The op a row of an unnamed block implies (None: it cannot be told)."""
     redop = fixed.get("redop", "none")
@@ -317,7 +313,7 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
                 if all(d.rank != device.rank for d in devices):
                     devices.append(device)
             elif columns:
-                block = _start_block(log, columns, number, program, file_op)
+                block = _start_block(log, columns, number, program)
                 if block is not None:
                     block.devices, block.options = tuple(devices), dict(options)
                 program = None
@@ -375,14 +371,14 @@ def _versions(log: Log, text: str) -> None:
 
 
 def _start_block(
-    log: Log, columns: tuple[str, ...], number: int, program: str | None, file_op: str | None
+    log: Log, columns: tuple[str, ...], number: int, program: str | None
 ) -> Block | None:
+    """A test's block (its op the program's, else found at its first row), or None for a
+    program gpuprof has no op for (said in `skipped`)."""
     if program in OTHER_PROGRAMS:
         log.skipped.append(f"{log.path}:{number}: {program}_perf has no gpuprof counterpart")
         return None
-    op = _op_of(program) or ""
-    if not op and file_op and not log.blocks:
-        op = file_op
+    op = PROGRAMS.get(program or "", "")
     block = Block(program=program, op=op, first_line=number, columns=columns)
     log.blocks.append(block)
     return block

@@ -15,7 +15,7 @@ from gpuprof.machine.systems import PRESETS
 from gpuprof.predict.calibrations import run_system
 from gpuprof.predict.nccl import collective
 from gpuprof.predict.predictions import COLLECTIVES, DDP, report_curves
-from gpuprof.predict.published import BOUND, LARGE, SCALES, checked, published_time, rows
+from gpuprof.predict.published import BOUND, LARGE, checked, published_time, scale_rows
 from gpuprof.predict.text import fit_rows
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.reports.figures_scaling import predicted_figure, published_figure
@@ -113,30 +113,28 @@ def _collective_figure(analyzed: Analyzed, coll: pd.DataFrame, op: str) -> str |
 def _same_system(analyzed: Analyzed, op: str, size: int) -> pd.DataFrame:
     """Published results of other clusters of the system the run says it was measured on
     (`gpuprof import ... --hardware`), at this op and size: world_size, busbw_gbps, label."""
+    columns = ["world_size", "busbw_gbps", "label"]
     system = run_system(analyzed.info)
-    found = [
-        r
-        for r in rows(SCALES)
-        if system is not None
-        and r["preset"] == system.name
-        and r["op"] == op
-        and int(r["size_bytes"]) == size
-        and not r["algorithm"]
-    ]
-    return pd.DataFrame(
-        [
+    if system is None:
+        return pd.DataFrame(columns=columns)
+    points = []
+    for r in scale_rows():
+        if (r["preset"], r["op"], int(r["size_bytes"]), r["algorithm"]) != (
+            system.name,
+            op,
+            size,
+            "",
+        ):
+            continue
+        ranks = int(r["nodes"]) * int(r["gpus_per_node"])
+        points.append(
             {
-                "world_size": int(r["nodes"]) * int(r["gpus_per_node"]),
-                "busbw_gbps": bus_factor(op, int(r["nodes"]) * int(r["gpus_per_node"]))
-                * size
-                / published_time(r)
-                / 1e3,
+                "world_size": ranks,
+                "busbw_gbps": bus_factor(op, ranks) * size / published_time(r) / 1e3,
                 "label": f"{r['system'][:60]}, {r['nodes']} nodes; {r['source']}",
             }
-            for r in found
-        ],
-        columns=["world_size", "busbw_gbps", "label"],
-    )
+        )
+    return pd.DataFrame(points, columns=columns)
 
 
 SHOWN = ("dgx-a100", "dgx-h100", "aws-p5", "gb200-nvl72")  # drawn first when no preset matches
@@ -259,8 +257,7 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
             scroll=False,
         )
     )
-    said = set(calibrating) | {n for c in curves for n in c.notes if "calibrate" in n}
-    notes = sorted({n for c in curves for n in c.notes} - said)
+    notes = sorted({n for c in curves for n in c.notes if "calibrate" not in n})  # said above
     if notes:
         blocks.append(Note(text="Not predicted: " + "; ".join(notes)))
     blocks += _published(analyzed)
