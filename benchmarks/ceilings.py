@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from gpuprof.launch.torchrun import free_port
-from gpuprof.machine.groups import device_scopes
+from gpuprof.machine.groups import device_rounds
 from gpuprof.probes import compute, memory
 from gpuprof.probes._harness import Budget, Context, init, make_scopes, run_case
 from gpuprof.runs.records import read_shard
@@ -43,7 +43,7 @@ def last_median_us(ctx: Context) -> float:
 
 def probe_bandwidth(ctx: Context, scope: object, size: int) -> float:
     params = CeilingParams(kinds=("host_copy",), size_bytes=size)
-    run_case(ctx, "memory", scope, memory._case(ctx, params, "host_copy"), BUDGET)  # type: ignore[arg-type]
+    run_case(ctx, "memory", scope, memory._case(ctx, params, "host_copy", "alone"), BUDGET)  # type: ignore[arg-type]
     return 2 * size / last_median_us(ctx) / 1e3
 
 
@@ -62,7 +62,7 @@ def numpy_bandwidth(size: int, iters: int = 30) -> float:
 
 def probe_gflops(ctx: Context, scope: object, n: int) -> float:
     params = CeilingParams(dtypes=("float32",), n=n)
-    run_case(ctx, "compute", scope, compute._case(ctx, params, "float32"), BUDGET)  # type: ignore[arg-type]
+    run_case(ctx, "compute", scope, compute._case(ctx, params, "float32", "alone"), BUDGET)  # type: ignore[arg-type]
     return 2 * n**3 / last_median_us(ctx) / 1e3
 
 
@@ -98,7 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         ctx = init(Path(out), "cpu", 300.0)
         ctx.verbose = False
-        scope = make_scopes(ctx, device_scopes(1))[0]
+        scope = make_scopes(ctx, device_rounds(1, 1, "alone"))[0]
         rows = [
             (
                 f"memory host copy {format_size(args.size)} (GB/s)",

@@ -81,6 +81,9 @@ class Metric:
     # what the summary's `canary` column measures, where the probe records one for its cases
     # (a workload outside the code under test, on the case's resource: `probes._canary`)
     canary: str | None = None
+    # key columns added after runs and baselines were made without them, with the value those
+    # older cases had (a case keeps its identity across the change)
+    key_defaults: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.better not in ("lower", "higher"):

@@ -8,8 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gpuprof import open_run
+from gpuprof.advice.ceilings import copy_findings
 from gpuprof.analysis.ceilings import summarize_compute, summarize_memory
+from gpuprof.machine.groups import device_rounds
 from gpuprof.machine.hardware import gpu_peaks, nic_gbps, pcie_x16_gbps, pct_of_peak
+from gpuprof.registry import get, preset
+from gpuprof.specs.ceilings import count_copies, count_matmuls
 from tests.conftest import Gp
 
 
@@ -104,11 +109,20 @@ def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> No
     mem = gp(
         "show", "latest", "--out", str(tmp_path), "--table", "memory", "--format", "json"
     ).json()
-    assert [(r["rank"], r["kind"], r["nwrong"]) for r in mem] == [
-        (0, "host_copy", 0),
-        (1, "host_copy", 0),
+    # host copies alone (one rank of the node at a time) and together (both at once)
+    assert [(r["rank"], r["concurrency"], r["kind"], r["nwrong"]) for r in mem] == [
+        (0, "alone", "host_copy", 0),
+        (0, "together", "host_copy", 0),
+        (1, "alone", "host_copy", 0),
+        (1, "together", "host_copy", 0),
     ]
     assert all(r["bandwidth_gbps"] > 0 and r["bytes_moved"] == 8 << 20 for r in mem)
+    # the record windows say so: alone, the ranks take turns; together, they overlap
+    raw = open_run("latest", tmp_path).table("memory")
+    spans = raw.groupby(["concurrency", "rank"])[["start_unix_ns", "end_unix_ns"]].first()
+    alone, together = spans.loc["alone"], spans.loc["together"]
+    assert alone.loc[0, "end_unix_ns"] <= alone.loc[1, "start_unix_ns"]
+    assert max(together["start_unix_ns"]) < min(together["end_unix_ns"])
     # each host copy and float32 matmul carries its canary (numpy copies or matmuls between
     # its iterations), kept by a baseline; the canary measures what the case measures, within
     # a factor of a few (numpy against torch on the same core and memory)
@@ -121,11 +135,14 @@ def test_memory_and_compute_probes_through_the_cli(tmp_path: Path, gp: Gp) -> No
         for c in cases
         if c["probe"] in ("memory", "compute")
     }
-    assert len(ratios) == 4 and all(0.2 < r < 5 for r in ratios.values()), ratios
+    assert len(ratios) == 6 and all(0.2 < r < 5 for r in ratios.values()), ratios
     comp = gp(
         "show", "latest", "--out", str(tmp_path), "--table", "compute", "--format", "json"
     ).json()
-    assert {(r["rank"], r["dtype"]) for r in comp} == {(0, "float32"), (1, "float32")}
+    assert {(r["rank"], r["dtype"], r["concurrency"]) for r in comp} == {
+        (0, "float32", "together"),
+        (1, "float32", "together"),
+    }
     assert all(r["tflops"] > 0 and r["pct_of_peak"] is None for r in comp)
     table = gp("show", "latest", "--out", str(tmp_path), "--table", "compute").out
     assert "TFLOP/s" in table.splitlines()[0]
@@ -180,3 +197,46 @@ def test_the_check_pattern_is_byte_i_plus_7_source_mod_251(count: int, source: i
         bad = want.clone()
         bad[-1] += 1
         assert count_wrong(bad, want) == 1
+
+
+def test_device_rounds_do_not_grow_with_the_nodes() -> None:
+    alone = device_rounds(3, 4, "alone")
+    # round r: local rank r of every node, each in a group of its own
+    assert [spec.members for spec in alone] == [
+        ((0,), (4,), (8,)),
+        ((1,), (5,), (9,)),
+        ((2,), (6,), (10,)),
+        ((3,), (7,), (11,)),
+    ]
+    assert {spec.scope for spec in alone} == {"device"}
+    (together,) = device_rounds(3, 4, "together")
+    assert together.scope == "node" and together.members == tuple((r,) for r in range(12))
+    for nodes in (2, 128, 1024):
+        memory = preset(get("memory"), "quick", "cuda", nodes, 8)
+        compute = preset(get("compute"), "quick", "cuda", nodes, 8)
+        # 4 host copy kinds alone (8 rounds) and together, d2d together; 5 dtypes together
+        assert count_copies(memory, nodes, 8) == 4 * 8 + 5
+        assert count_matmuls(compute, nodes, 8) == 5
+
+
+def test_host_copies_that_share_a_link_are_named() -> None:
+    def rows(host: str, alone: float, together: float) -> list[dict[str, object]]:
+        return [
+            {
+                "host": host,
+                "rank": r,
+                "kind": "h2d_pinned",
+                "concurrency": way,
+                "bandwidth_gbps": bw,
+            }
+            for r in range(4)
+            for way, bw in (("alone", alone), ("together", together))
+        ]
+
+    summary = pd.DataFrame(rows("a", 50.0, 26.0) + rows("b", 50.0, 48.0))
+    (finding,) = copy_findings(summary)
+    assert finding.startswith("On a, h2d_pinned copies of 4 devices at once get 52%")
+    assert "50 -> 26 GB/s per device, 104 GB/s for the node" in finding
+    # runs from before `concurrency`, or one way only: nothing to compare, nothing said
+    assert copy_findings(summary.drop(columns="concurrency")) == []
+    assert copy_findings(summary[summary["concurrency"] == "alone"]) == []

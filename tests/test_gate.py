@@ -748,3 +748,23 @@ def test_baseline_extend_on_the_command_line(tmp_path: Path, gp: Gp) -> None:
     assert grown.code == 0, grown.err
     assert "from 2 run(s) measured over 12.0 h" in grown.out and "one window" not in grown.out
     assert read_baseline(base).measured.num_runs == 2
+
+
+def test_a_baseline_from_before_concurrency_meets_the_alone_cases(tmp_path: Path) -> None:
+    """Memory and compute cases gained a `concurrency` key (alone, together); a baseline made
+    before kept keys without it, from cases that ran alone: read back, its cases are the
+    new runs' alone cases, not cases of their own."""
+    from gpuprof import open_run
+    from gpuprof.gate.sides import side_of_runs
+
+    run_dir = tmp_path / "0001_ci"
+    shutil.copytree(Path(__file__).parent / "data" / "h100-80gb-hbm3", run_dir)
+    side = side_of_runs([open_run(run_dir)])
+    data = baseline_json(side)
+    ceilings = [c for c in data["cases"] if c["probe"] in ("memory", "compute")]
+    assert ceilings and all(c["key"]["concurrency"] == "alone" for c in ceilings)
+    for case in ceilings:
+        del case["key"]["concurrency"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    assert set(read_baseline(old).measured.values["key"]) == set(side.measured.values["key"])

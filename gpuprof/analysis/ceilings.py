@@ -1,6 +1,8 @@
 """Device ceilings: memory copy bandwidth and matmul throughput per rank, with % of peak.
 
-Each case ran on one device alone; its time is the median over iterations. Bandwidth counts
+Each case ran on one device, either alone in its node or with every device of the node busy
+(`concurrency`: alone, together; runs from before the column ran alone); its time is the
+median over iterations. Bandwidth counts
 the bytes the case says it moved (`bytes_moved`: one direction for host<->device copies, read
 plus written for device and host copies); TFLOP/s counts 2 n^3 per matmul.
 """
@@ -14,7 +16,14 @@ import pandas as pd
 from gpuprof.analysis import RunTables, gpu_names, require_columns
 from gpuprof.machine.hardware import gpu_peaks, pct_of_peak
 
-_KEYS = ["rank", "host", "group"]
+_KEYS = ["rank", "host", "group", "concurrency"]
+
+
+def _with_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table with its `concurrency` column (runs made before it ran each device alone)."""
+    if "concurrency" in frame.columns:
+        return frame
+    return frame.assign(concurrency="alone")
 
 
 def _per_case(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -42,6 +51,7 @@ def summarize_memory(
     frame: pd.DataFrame, gpu_names: Mapping[int, str] | None = None
 ) -> pd.DataFrame:
     """One row per rank and copy kind: bandwidth (GB/s) and % of the datasheet peak."""
+    frame = _with_concurrency(frame)
     require_columns(
         frame, [*_KEYS, "kind", "size_bytes", "bytes_moved", "time_us", "nwrong"], "memory"
     )
@@ -63,6 +73,7 @@ def summarize_compute(
     frame: pd.DataFrame, gpu_names: Mapping[int, str] | None = None
 ) -> pd.DataFrame:
     """One row per rank and dtype: matmul TFLOP/s and % of the datasheet dense peak."""
+    frame = _with_concurrency(frame)
     require_columns(frame, [*_KEYS, "dtype", "n", "flop", "time_us"], "compute")
     keys = [*_KEYS, "dtype", "n", "flop"]
     summary = _per_case(frame, keys)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuprof import registry
 from gpuprof.analysis.measured import SAMPLE_COLUMNS, SAMPLE_SLOTS, VALUE_COLUMNS, Measured
 from gpuprof.errors import UsageError
 from gpuprof.gate.sides import MUST_MATCH, Side, differences, side_of_runs, version_notes
@@ -148,6 +149,14 @@ def extended(old: Side, new: Side) -> Side:
     )
 
 
+def _with_key_defaults(case: dict[str, Any]) -> dict[str, Any]:
+    """A baseline case's key with the key columns added since it was made (`Metric.key_defaults`:
+    the value its cases had), so it still meets the same case of a newer run."""
+    spec = registry.specs().get(case["probe"])
+    metric = next((m for m in spec.metrics if m.column == case["metric"]), None) if spec else None
+    return {**dict(metric.key_defaults if metric else ()), **case["key"]}
+
+
 def read_baseline(path: Path) -> Side:
     """A baseline file as a side; a UsageError naming what is wrong with the file."""
     try:
@@ -165,7 +174,7 @@ def read_baseline(path: Path) -> Side:
     try:
         values, samples = [], []
         for case in data["cases"]:
-            key = json.dumps(case["key"], sort_keys=True)
+            key = json.dumps(_with_key_defaults(case), sort_keys=True)
             ident = {"probe": case["probe"], "metric": case["metric"], "key": key}
             canaries = case.get("canaries") or [None] * len(case["medians"])
             for run, median in enumerate(case["medians"]):

@@ -94,9 +94,32 @@ def scope_groups(num_nodes: int, gpus_per_node: int, scopes: tuple[str, ...]) ->
     return specs
 
 
-def device_scopes(world_size: int) -> list[GroupSpec]:
-    """One single-rank group per rank, measured one after another (each device alone)."""
+# a per-device probe's two ways of running: "alone", one device per node at a time (every node
+# at the same time: nodes share nothing a device probe measures), or "together", every device
+# of every node at once (as a training job loads a node: power, clocks, the host's links shared)
+CONCURRENCY = ("alone", "together")
+DEVICE_SCOPE = {"alone": "device", "together": "node"}  # the scope label of each way
+CONCURRENCY_OF = {scope: way for way, scope in DEVICE_SCOPE.items()}
+
+
+def device_rounds(num_nodes: int, gpus_per_node: int, concurrency: str) -> list[GroupSpec]:
+    """The rounds of single-rank groups a per-device probe measures in, one round after
+    another: `alone`, local rank r of every node in round r (gpus_per_node rounds, whatever
+    the node count); `together`, every rank in one round."""
+    ranks = range(num_nodes * gpus_per_node)
+    if concurrency == "together":
+        rounds = [list(ranks)]
+    elif concurrency == "alone":
+        rounds = [[r for r in ranks if r % gpus_per_node == i] for i in range(gpus_per_node)]
+    else:
+        raise ValueError(f"concurrency must be one of {CONCURRENCY}, not {concurrency!r}")
     return [
-        GroupSpec(scope="device", world_size=1, num_nodes=1, members=((r,),), names=(f"rank{r}",))
-        for r in range(world_size)
+        GroupSpec(
+            scope=DEVICE_SCOPE[concurrency],
+            world_size=1,
+            num_nodes=1,
+            members=tuple((r,) for r in members),
+            names=tuple(f"rank{r}" for r in members),
+        )
+        for members in rounds
     ]

@@ -190,13 +190,15 @@ class Scope:
 
 
 def make_scopes(ctx: Context, specs: Iterable[GroupSpec]) -> list[Scope | None]:
-    """Create every sub-group (all ranks call new_group in one order); None if not a member."""
+    """Create every sub-group (all ranks call new_group in one order); None if not a member.
+    A group of one rank gets no communicator (nothing to agree with: a per-device probe on
+    8,192 ranks would otherwise make 8,192 of them, each a call on every rank)."""
     scopes: list[Scope | None] = []
     for spec in specs:
         mine: Scope | None = None
         for name, members in zip(spec.names, spec.members, strict=False):
             whole = len(members) == ctx.world_size
-            group = None if whole else dist.new_group(list(members))
+            group = None if whole or len(members) == 1 else dist.new_group(list(members))
             if ctx.rank in members:
                 mine = Scope(
                     spec=spec,
@@ -303,7 +305,9 @@ def measure(
 
     cost_us = _timing.warm_up(timed, max(1, budget.warmup_iters), prepared.timed is not None)
     nwrong = prepared.check() if prepared.check else None
-    per_iter_s = agreed_max(ctx, cost_us / 1e6, scope.group)
+    # a rank alone in its group agrees with itself (and has no communicator: make_scopes)
+    alone = len(scope.ranks) == 1
+    per_iter_s = cost_us / 1e6 if alone else agreed_max(ctx, cost_us / 1e6, scope.group)
     iters = iterations_for(budget, per_iter_s)
     canary = prepared.canary
     if canary is None:

@@ -1,4 +1,6 @@
-"""Matrix-multiply throughput of each device per dtype, one device at a time.
+"""Matrix-multiply throughput of each device per dtype, every node at once: every device
+together (as a training job loads them: power and clocks under load) and/or alone (one device
+per node at a time).
 
 FLOP = 2 n^3 for an n x n by n x n product (the usual count, nanoGPT's estimate_mfu cites the
 same). tf32 is float32 inputs with TF32 tensor cores allowed; float8 uses torch._scaled_mm where
@@ -15,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from gpuprof.machine.groups import device_scopes
+from gpuprof.machine.groups import CONCURRENCY_OF, device_rounds
 from gpuprof.probes._canary import MatmulCanary
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
@@ -23,6 +25,7 @@ from gpuprof.probes._harness import (
     Case,
     Context,
     Prepared,
+    Scope,
     Unsupported,
     make_scopes,
     run_cases,
@@ -78,7 +81,7 @@ def _matmul(ctx: Context, dtype: str, n: int) -> Callable[[], None]:
     return run
 
 
-def _case(ctx: Context, params: CeilingParams, dtype: str) -> Case:
+def _case(ctx: Context, params: CeilingParams, dtype: str, concurrency: str) -> Case:
     n = params.n
 
     def build() -> Prepared:
@@ -86,19 +89,25 @@ def _case(ctx: Context, params: CeilingParams, dtype: str) -> Case:
         cpu = ctx.device.type == "cpu" and dtype == "float32"
         return Prepared(run=_matmul(ctx, dtype, n), canary=MatmulCanary(n) if cpu else None)
 
+    together = concurrency == "together"
     return Case(
-        case_id=f"matmul.{dtype}.{n}",
-        params={"dtype": dtype, "n": n, "flop": 2 * n**3},
+        case_id=f"matmul.{dtype}.{n}" + (".together" if together else ""),
+        params={"dtype": dtype, "n": n, "flop": 2 * n**3, "concurrency": concurrency},
         build=build,
-        describe=f"matmul {dtype} {n}^3",
+        describe=f"matmul {dtype} {n}^3 {concurrency}",
     )
 
 
 def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int) -> None:
-    """Measure matmul throughput per dtype on every rank's device, one device at a time."""
-    budget = Budget.of(params)
-    scopes = make_scopes(ctx, device_scopes(ctx.world_size))
-    run_cases(ctx, PROBE, scopes, lambda s: [_case(ctx, params, d) for d in params.dtypes], budget)
+    """Measure matmul throughput per dtype on every rank's device, each way of
+    `params.concurrency`."""
+
+    def cases(scope: Scope) -> list[Case]:
+        way = CONCURRENCY_OF[scope.spec.scope]
+        return [_case(ctx, params, d, way) for d in params.dtypes]
+
+    rounds = [r for way in params.concurrency for r in device_rounds(num_nodes, gpus_per_node, way)]
+    run_cases(ctx, PROBE, make_scopes(ctx, rounds), cases, Budget.of(params))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Memory copy ceilings of each device, one device at a time (nvbandwidth-style).
+"""Memory copy ceilings of each device (nvbandwidth-style), every node at once: host copies
+alone (one device per node at a time) and together (every device of the node at once: a shared
+PCIe switch or NUMA link shows), device copies together (`specs.ceilings.copy_kinds`).
 
 GPU: host-to-device and device-to-host from pinned and pageable host memory (bytes moved =
 the buffer, one direction over PCIe), and a device-to-device copy (bytes moved = bytes read
@@ -13,12 +15,20 @@ from __future__ import annotations
 
 import torch
 
-from gpuprof.machine.groups import device_scopes
+from gpuprof.machine.groups import CONCURRENCY_OF, device_rounds
 from gpuprof.probes._canary import HostCopyCanary
 from gpuprof.probes._check import byte_pattern, count_wrong
 from gpuprof.probes._entry import run_as_command
-from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
-from gpuprof.specs.ceilings import CeilingParams
+from gpuprof.probes._harness import (
+    Budget,
+    Case,
+    Context,
+    Prepared,
+    Scope,
+    make_scopes,
+    run_cases,
+)
+from gpuprof.specs.ceilings import CeilingParams, copy_kinds
 from gpuprof.units import format_size
 
 PROBE = "memory"
@@ -39,7 +49,7 @@ def _buffers(ctx: Context, kind: str, size: int) -> tuple[torch.Tensor, torch.Te
     return pattern.to(dev), torch.empty(size, dtype=torch.uint8, device=dev)
 
 
-def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
+def _case(ctx: Context, params: CeilingParams, kind: str, concurrency: str) -> Case:
     size = params.size_bytes
 
     def build() -> Prepared:
@@ -60,20 +70,26 @@ def _case(ctx: Context, params: CeilingParams, kind: str) -> Case:
         return Prepared(run=run, check=check, canary=HostCopyCanary(size) if cpu_copy else None)
 
     moved = 2 * size if kind in READ_PLUS_WRITE else size
+    together = concurrency == "together"
     return Case(
-        case_id=f"{kind}.{size}",
-        params={"kind": kind, "size_bytes": size, "bytes_moved": moved},
+        case_id=f"{kind}.{size}" + (".together" if together else ""),
+        params={"kind": kind, "size_bytes": size, "bytes_moved": moved, "concurrency": concurrency},
         build=build,
-        describe=f"{kind} {format_size(size)}",
+        describe=f"{kind} {format_size(size)} {concurrency}",
     )
 
 
 def run(ctx: Context, params: CeilingParams, num_nodes: int, gpus_per_node: int) -> None:
-    """Measure every copy kind on every rank's device, one device at a time."""
-    kinds = [k for k in params.kinds if (k == "host_copy") == (ctx.device.type == "cpu")]
-    budget = Budget.of(params)
-    scopes = make_scopes(ctx, device_scopes(ctx.world_size))
-    run_cases(ctx, PROBE, scopes, lambda scope: [_case(ctx, params, k) for k in kinds], budget)
+    """Measure every copy kind on every rank's device, each way of `params.concurrency`."""
+
+    def cases(scope: Scope) -> list[Case]:
+        way = CONCURRENCY_OF[scope.spec.scope]
+        kinds = copy_kinds(params, way)
+        mine = [k for k in kinds if (k == "host_copy") == (ctx.device.type == "cpu")]
+        return [_case(ctx, params, k, way) for k in mine]
+
+    rounds = [r for way in params.concurrency for r in device_rounds(num_nodes, gpus_per_node, way)]
+    run_cases(ctx, PROBE, make_scopes(ctx, rounds), cases, Budget.of(params))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,18 @@ from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.sections import Note, Section, summary_table
 
 METHOD = (
-    "memory and compute: each device alone, one after another; memory GB/s counts bytes "
+    "memory and compute: every node at once; each case on one device, either alone in its "
+    "node (one device per node at a time) or together (every device of the node at once); "
+    "memory GB/s counts bytes "
     "moved (host<->device one direction, device and host copies read plus written); "
     "matmul counts 2n^3 FLOP; % of peak uses datasheet figures (gpuprof/machine/hardware.py), "
     "blank where the hardware is unknown."
 )
 NOTE = (
-    "Each device alone, one after another. Memory: GB/s of bytes moved (host<->device: one "
+    'Every node at the same time. "ran": alone, one device of the node at a time (the '
+    "device's own link); together, every device of the node at once (as a training job "
+    "loads it: what the devices share shows). Host copies run both ways, device copies and "
+    "matmuls together. Memory: GB/s of bytes moved (host<->device: one "
     "direction; device and host copies: read plus written); % of peak against the datasheet "
     '(PCIe x16 per direction, HBM). Matmul: 2n\u00b3 FLOP per product. "-" means the peak of '
     "this hardware is not known: never guessed."
