@@ -130,6 +130,9 @@ class ProbeSpec:
     # the suite's preset fitted to the job: (preset, suite, device, num_nodes, gpus_per_node)
     # -> parameters (the quick suite keeps to its time as nodes and ranks grow)
     for_job: Callable[[ProbeParams, str, str, int, int], ProbeParams] | None = None
+    # what the probe samples rather than measures whole on a job of num_nodes x gpus_per_node
+    # (a line for the plan's estimate; None: everything its parameters name)
+    sampled: Callable[[ProbeParams, int, int], str | None] | None = None
     rank_module: str  # the rank side: a module with run(ctx, params, num_nodes, gpus_per_node)
     summarize: str  # "module:function", (run) -> one summary row per case (`gpuprof show`)
     columns: tuple[tuple[str, str], ...]  # (summary column, terminal title)
@@ -307,6 +310,7 @@ class Estimate:
     probe: str
     cases: int
     seconds: float
+    sampled: str | None = None  # what it samples on this job (ProbeSpec.sampled)
 
 
 # float32 matmul rate of one CPU rank, for the estimate of a model's step: the compute probe
@@ -342,4 +346,5 @@ def estimate(
             per_iter = flops / (rank_tflops * 1e12)
             seconds += (params.warmup_iters + 1) * per_iter
             seconds += max(0.0, params.min_iters * per_iter - params.budget_s)
-    return Estimate(probe=spec.name, cases=cases, seconds=seconds)
+    sampled = spec.sampled(params, num_nodes, gpus_per_node) if spec.sampled else None
+    return Estimate(probe=spec.name, cases=cases, seconds=seconds, sampled=sampled)

@@ -166,3 +166,47 @@ def test_golden_mesh_run_classifies_and_flags(tmp_path: Path) -> None:
     assert uni.loc[(1, 2), "flagged"] and not uni.loc[(0, 1), "flagged"]
     assert uni.loc[(1, 2), "bw_gbps"] == pytest.approx(uni.loc[(0, 1), "bw_gbps"] / 2, rel=0.15)
     assert summary["nwrong"].sum() == 0
+
+
+@pytest.mark.parametrize("nodes", [18, 33, 128, 1024])
+def test_many_nodes_sample_node_pairs_in_rounds_that_do_not_grow(nodes: int) -> None:
+    from gpuprof.specs.p2p import NODE_ROUNDS, node_pair_rounds, ring_rounds
+
+    rounds = node_pair_rounds(nodes)
+    assert len(rounds) == NODE_ROUNDS and rounds == node_pair_rounds(nodes)  # every rank agrees
+    for index, r in enumerate(rounds):
+        flat = [n for pair in r for n in pair]
+        assert len(flat) == len(set(flat))  # disjoint: no node's link carries two pairs
+        # every node paired (one rests on an odd count), but the odd ring's closing pair
+        assert len(r) == (1 if nodes % 2 and index == 2 else nodes // 2)
+    # the ring first: every node meets both neighbours
+    ring = {p for r in ring_rounds(nodes) for p in r}
+    assert ring == {(i, i + 1) for i in range(nodes - 1)} | {(0, nodes - 1)}
+    assert ring <= {p for r in rounds for p in r}
+    # then other partners: each node meets NODE_ROUNDS - 1 or more different nodes
+    met: dict[int, set[int]] = {}
+    for a, b in (p for r in rounds for p in r):
+        met.setdefault(a, set()).add(b)
+        met.setdefault(b, set()).add(a)
+    assert min(len(m) for m in met.values()) >= NODE_ROUNDS - 3
+    # the rails of every round, 8 GPUs a node: as many p2p rounds at 1,024 nodes as at 18
+    assert len(pair_rounds(nodes, 8)) == len(pair_rounds(18, 8)) == 7 + NODE_ROUNDS
+    assert len(pair_rounds(nodes, 8, node_rounds=0)) == 7 + nodes - 1 + nodes % 2
+
+
+def test_a_node_slow_with_every_partner_is_named() -> None:
+    from gpuprof.advice.p2p import slow_node_findings
+
+    rows = []
+    for a, b in [(0, 1), (2, 3), (1, 2), (0, 3), (0, 2), (1, 3)]:
+        slow = 2 in (a, b)
+        rows.append(
+            {"mode": "uni", "link_class": "network", "node_a": a, "node_b": b,
+             "host_a": f"h{a}", "host_b": f"h{b}", "flagged": slow}
+        )  # fmt: skip
+    (finding,) = slow_node_findings(pd.DataFrame(rows))
+    assert finding.startswith("Node 2 (h2) is slow with 3 of its 3 partner nodes (node 0, node 1")
+    assert "which are not slow with any other node" in finding
+    # one slow path between two nodes is a pair finding, not a node's
+    one = pd.DataFrame([{**r, "flagged": (r["node_a"], r["node_b"]) == (1, 2)} for r in rows])
+    assert slow_node_findings(one) == []

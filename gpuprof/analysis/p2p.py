@@ -82,6 +82,8 @@ def summarize_p2p(frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
 
     summary["host_a"] = [who(a).get("host") for a in summary["rank_a"]]
     summary["host_b"] = [who(b).get("host") for b in summary["rank_b"]]
+    summary["node_a"] = [who(a).get("node_rank") for a in summary["rank_a"]]
+    summary["node_b"] = [who(b).get("node_rank") for b in summary["rank_b"]]
     summary["link_class"] = [
         link_class(who(a), who(b), links)
         for a, b in zip(summary["rank_a"], summary["rank_b"], strict=True)

@@ -67,12 +67,19 @@ def node_command(
     raise UsageError(f"unknown launcher {cfg.launcher!r}", f"choose from {', '.join(LAUNCHERS)}")
 
 
+# a manual launch's preview names each node's command up to this many nodes; beyond, node 0's
+# and node 1's, and says how the others differ (a line per node of 1,024 helps nobody)
+PREVIEW_NODES = 4
+
+
 def dry_run_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]:
-    """Every command the launch would run, one line per node (manual: one per node rank)."""
+    """Every command the launch would run, one line per node (manual: one per node rank, or on
+    many nodes the first two and how the rest differ)."""
     run_dir = out / "NNNN_<tag>"
     if cfg.launcher == "manual":
         lines = []
-        for node in range(plan.num_nodes):
+        shown = plan.num_nodes if plan.num_nodes <= PREVIEW_NODES else 2
+        for node in range(shown):
             node_cfg = LaunchConfig(
                 launcher="manual",
                 node_rank=node,
@@ -81,6 +88,11 @@ def dry_run_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]
             )
             launch = node_command(plan, node_cfg, run_dir=run_dir, out=out)
             lines.append(f"# node {node}\n{launch.shell()}")
+        if shown < plan.num_nodes:
+            lines.append(
+                f"# nodes 2 to {plan.num_nodes - 1}: node 1's command with --node-rank set to "
+                "the node's number"
+            )
         return lines
     return [node_command(plan, cfg, run_dir=run_dir, out=out).shell()]
 

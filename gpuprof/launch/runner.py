@@ -253,7 +253,10 @@ def preview_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]
 
 def estimate_lines(plan: SweepPlan) -> list[str]:
     """What the plan runs and about how long, as comment lines."""
-    lines = [f"# {e.probe}: {e.cases} cases, about {e.seconds:.0f} s" for e in estimates(plan)]
+    lines = []
+    for e in estimates(plan):
+        lines.append(f"# {e.probe}: {e.cases} cases, about {e.seconds:.0f} s")
+        lines += [f"#   {e.sampled}"] if e.sampled else []
     if plan.num_nodes == 1:
         network = ""
     elif plan.link_gbps:

@@ -31,10 +31,10 @@ from gpuprof.units import format_size
 PROBE = "p2p"
 
 
-def round_specs(num_nodes: int, gpus_per_node: int) -> list[GroupSpec]:
+def round_specs(rounds: list[list[tuple[int, int]]], gpus_per_node: int) -> list[GroupSpec]:
     """One group per round: the ranks paired in it (every rank, when the count is even)."""
     specs = []
-    for index, pairs in enumerate(pair_rounds(num_nodes, gpus_per_node)):
+    for index, pairs in enumerate(rounds):
         members = tuple(sorted(r for pair in pairs for r in pair))
         nodes = len({r // gpus_per_node for r in members})
         specs.append(
@@ -123,9 +123,10 @@ def cases(ctx: Context, scope: Scope, params: P2PParams, peers: dict[str, int]) 
 
 def run(ctx: Context, params: P2PParams, num_nodes: int, gpus_per_node: int) -> None:
     """Measure every round of pairs."""
-    specs = round_specs(num_nodes, gpus_per_node)
+    rounds = pair_rounds(num_nodes, gpus_per_node, params.node_rounds)
+    specs = round_specs(rounds, gpus_per_node)
     peers = {}
-    for index, pairs in enumerate(pair_rounds(num_nodes, gpus_per_node)):
+    for index, pairs in enumerate(rounds):
         for a, b in pairs:
             if ctx.rank in (a, b):
                 peers[f"round{index}"] = b if ctx.rank == a else a

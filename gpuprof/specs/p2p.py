@@ -1,17 +1,22 @@
 """The p2p probe: bandwidth (uni- and bidirectional) and latency of every pair of ranks, in
-rounds of disjoint pairs, each pair classified by its link."""
+rounds of disjoint pairs, each pair classified by its link; on many nodes, a sample of the
+node pairs that still meets every node several times (`node_pair_rounds`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
-from gpuprof.params import ProbeParams, check_choices, csv
+from gpuprof.params import ProbeParams, check_choices, csv, non_negative_int
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.units import parse_size
 
 P2P_MODES = ("uni", "bidir", "latency")
 FULL_PAIRS_MAX_RANKS = 16  # above this, p2p measures pairs in a node plus the rails
+# rounds of node pairs measured across nodes: every pair of nodes up to NODE_ROUNDS + 1 nodes
+# (n - 1 rounds cover them, the circle method); beyond, NODE_ROUNDS rounds, each node with a
+# different partner in each: the ring's two (three for an odd count) then random matchings
+NODE_ROUNDS = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +27,7 @@ class P2PParams(ProbeParams):
     modes: tuple[str, ...] = P2P_MODES
     size_bytes: int = 4 << 20
     latency_bytes: int = 8
+    node_rounds: int = NODE_ROUNDS  # rounds of node pairs at most (0: every pair of nodes)
     warmup_iters: int = 3
     min_iters: int = 5
     max_iters: int = 1000
@@ -54,36 +60,76 @@ def quick_for_job(
     return replace(params, size_bytes=size, warmup_iters=1, min_iters=3)
 
 
+def circle_round(items: list[int], k: int) -> list[tuple[int, int]]:
+    """Round k of the circle method: the first item fixed, the others turned k places, item i
+    paired with item n - 1 - i (an odd count: one item rests each round)."""
+    pool: list[int | None] = list(items) + ([None] if len(items) % 2 else [])
+    tail = pool[1:]
+    k %= len(tail)
+    pool = [pool[0], *tail[len(tail) - k :], *tail[: len(tail) - k]]
+    pairs = [(pool[i], pool[-1 - i]) for i in range(len(pool) // 2)]
+    return sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None)
+
+
 def round_robin(items: list[int]) -> list[list[tuple[int, int]]]:
     """Rounds of disjoint pairs covering every pair once (the circle method): n-1 rounds for
     even n, n rounds for odd n (one item rests each round)."""
-    pool: list[int | None] = list(items) + ([None] if len(items) % 2 else [])
-    rounds = []
-    for _ in range(len(pool) - 1):
-        half = len(pool) // 2
-        pairs = [(pool[i], pool[-1 - i]) for i in range(half)]
-        rounds.append(
-            sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None)
-        )
-        pool = [pool[0], pool[-1], *pool[1:-1]]
+    count = len(items) - 1 + len(items) % 2
+    return [circle_round(items, k) for k in range(count)] if len(items) > 1 else []
+
+
+def ring_rounds(num_nodes: int) -> list[list[tuple[int, int]]]:
+    """The ring's pairs (node i with i + 1, and the last with the first) as rounds of disjoint
+    pairs: two rounds for an even count, three for an odd one."""
+    n = num_nodes
+    if n < 2:
+        return []
+    if n == 2:
+        return [[(0, 1)]]
+    even = [(i, i + 1) for i in range(0, n - 1, 2)]
+    odd = [(i, i + 1) for i in range(1, n - 1, 2)]
+    last = (0, n - 1)
+    if n % 2 == 0:
+        return [even, [*odd, last]]
+    return [even, odd, [last]]
+
+
+def node_pair_rounds(num_nodes: int, most: int = NODE_ROUNDS) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint node pairs. Every pair of nodes (the circle method, n - 1 rounds)
+    when that is at most `most` rounds (or `most` is 0); else `most` rounds: the ring's, so
+    every node meets both neighbours, then rounds of the circle method spread over its n - 1
+    (each a perfect matching, no pair twice among them), so each node meets about `most`
+    different partners. A slow node (NIC, cable, switch port) is in every one of its pairs;
+    a slow path between two particular nodes is found when the sample meets it."""
+    every = num_nodes - 1 + num_nodes % 2  # the circle method's rounds
+    nodes = list(range(num_nodes))
+    if most == 0 or every <= most:
+        return round_robin(nodes)
+    rounds = ring_rounds(num_nodes)[:most]
+    more = most - len(rounds)
+    rounds += [circle_round(nodes, j * every // more) for j in range(more)]
     return rounds
 
 
-def pair_rounds(num_nodes: int, gpus_per_node: int) -> list[list[tuple[int, int]]]:
+def pair_rounds(
+    num_nodes: int, gpus_per_node: int, node_rounds: int = NODE_ROUNDS
+) -> list[list[tuple[int, int]]]:
     """The p2p schedule: rounds of disjoint pairs, measured one round after another.
 
     First the pairs inside a node (circle-method rounds, every node at once). Then the pairs
-    across nodes, with at most one pair per pair of nodes in a round, so a pair never shares
-    its nodes' network link with another pair: up to FULL_PAIRS_MAX_RANKS ranks every such
-    pair is measured; beyond, only the rails (local rank r with local rank r, every r at once,
-    as each rail has its own NIC on GPU clusters)."""
+    across nodes, round by round of node pairs (`node_pair_rounds`: every pair of nodes, or a
+    sample of `node_rounds` rounds on many nodes), with at most one pair per pair of nodes in a
+    round, so a pair never shares its nodes' network link with another pair: up to
+    FULL_PAIRS_MAX_RANKS ranks every such pair is measured; beyond, only the rails (local rank r
+    with local rank r, every r at once, as each rail has its own NIC on GPU clusters). The
+    number of rounds does not grow with the node count beyond `node_rounds`."""
     g = gpus_per_node
     rounds = [
         [(n * g + a, n * g + b) for n in range(num_nodes) for a, b in local]
         for local in round_robin(list(range(g)))
     ]
     full = num_nodes * g <= FULL_PAIRS_MAX_RANKS
-    for nodes in round_robin(list(range(num_nodes))):
+    for nodes in node_pair_rounds(num_nodes, node_rounds):
         if full:
             rounds += [
                 [(i * g + a, j * g + b) for i, j in nodes] for a in range(g) for b in range(g)
@@ -93,10 +139,25 @@ def pair_rounds(num_nodes: int, gpus_per_node: int) -> list[list[tuple[int, int]
     return [pairs for pairs in rounds if pairs]
 
 
+def sampled_note(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> str | None:
+    """What p2p leaves out on this many nodes, for the plan's estimate (None: every pair)."""
+    assert isinstance(params, P2PParams)
+    measured = node_pair_rounds(num_nodes, params.node_rounds)
+    every = num_nodes * (num_nodes - 1) // 2
+    met = len({p for r in measured for p in r})
+    if met == every:
+        return None
+    return (
+        f"p2p across nodes: {len(measured)} rounds of node pairs, {met:,} of the {every:,} pairs "
+        f"of nodes (every node with {min(len(measured), num_nodes - 1)} partners; "
+        "--p2p-node-rounds 0 for every pair)"
+    )
+
+
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     """Every mode in every round of pairs (the pairs of a round at the same time)."""
     assert isinstance(params, P2PParams)
-    return len(params.modes) * len(pair_rounds(num_nodes, gpus_per_node))
+    return len(params.modes) * len(pair_rounds(num_nodes, gpus_per_node, params.node_rounds))
 
 
 def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[float]:
@@ -105,7 +166,7 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
     assert isinstance(params, P2PParams)
     out: list[float] = []
     for mode in params.modes:
-        for pairs in pair_rounds(num_nodes, gpus_per_node):
+        for pairs in pair_rounds(num_nodes, gpus_per_node, params.node_rounds):
             sends = [0] * num_nodes
             for a, b in pairs:
                 if a // gpus_per_node != b // gpus_per_node and mode != "latency":
@@ -142,8 +203,17 @@ SPEC = ProbeSpec(
         Option(
             flag="--p2p-modes", field="modes", parse=csv, help=f"p2p modes: {','.join(P2P_MODES)}"
         ),
+        Option(
+            flag="--p2p-node-rounds",
+            field="node_rounds",
+            type=int,
+            parse=non_negative_int,
+            help=f"p2p: rounds of node pairs across nodes at most (default {NODE_ROUNDS}; "
+            "0: every pair of nodes)",
+        ),
     ),
     count_cases=count_cases,
+    sampled=sampled_note,
     link_bytes=link_bytes,
     for_job=quick_for_job,
     case_overhead_s=0.03,
