@@ -312,6 +312,11 @@ class Estimate:
     seconds: float
     sampled: str | None = None  # what it samples on this job (ProbeSpec.sampled)
 
+    def lines(self) -> list[str]:
+        """The plan's comment lines: cases and seconds, and what it samples."""
+        head = f"# {self.probe}: {self.cases} cases, about {self.seconds:.0f} s"
+        return [head, *([f"#   {self.sampled}"] if self.sampled else [])]
+
 
 # float32 matmul rate of one CPU rank, for the estimate of a model's step: the compute probe
 # on the 2-core machine gpuprof is developed on measures 0.10-0.11 TFLOP/s per rank (n=1024,

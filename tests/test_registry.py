@@ -169,8 +169,9 @@ def test_every_probe_module_has_a_torchrun_main(name: str) -> None:
 
 
 def test_case_counts_match_a_real_run(two_rank_run: Path) -> None:
-    """The estimate's case counts are the cases a real 2-rank run recorded (one node, so no
-    two groups of one scope ran at the same time)."""
+    """The estimate's case counts are the cases a real 2-rank run recorded one after another
+    (one node, so no two groups of one scope ran at the same time, but the ceilings' `node`
+    scope: every rank in a group of its own, all at once)."""
     from gpuprof import open_run
     from gpuprof.runs.plan import estimates
     from gpuprof.runs.store import read_json
@@ -179,6 +180,8 @@ def test_case_counts_match_a_real_run(two_rank_run: Path) -> None:
     plan = SweepPlan.from_dict(read_json(run.path / "plan.json"))
     for estimate in estimates(plan):
         table = run.table(estimate.probe)
+        together = table["scope"] == "node"
+        table = table.assign(group=table["group"].where(~together, "all at once"))
         recorded = len(table.groupby(["scope", "world_size", "group", "case_id"]))
         skipped = [s for s in run.info.get("skipped", []) if s["probe"] == estimate.probe]
         assert estimate.cases == recorded + len(skipped), estimate
@@ -294,3 +297,26 @@ def test_dry_run_on_nodes_names_the_link_rate(gp: Any, tmp_path: Path) -> None:
     assert result.code == 0, result.out
     assert "over a 0.2 Gbit/s link" in result.out
     assert not (tmp_path / "r").exists()
+
+
+def test_the_sweep_time_does_not_grow_with_the_cluster() -> None:
+    """The dry run's estimate on 8-GPU nodes: the default suite at 128 and 1,024 nodes within
+    1.5x of 2 nodes (per-node probes run on every node at once, p2p samples node pairs), and
+    the standard suite on 2 x 8 within 15 minutes."""
+    from gpuprof.runs.plan import estimated_seconds
+
+    def seconds(nodes: int, suite: str = "quick") -> float:
+        return estimated_seconds(
+            build_plan((), {}, nodes=nodes, gpus=8, suite=suite, device="cuda")
+        )
+
+    two = seconds(2)
+    assert seconds(128) <= 1.5 * two and seconds(1024) <= 1.5 * two
+    assert seconds(2, "standard") <= 15 * 60
+    # the standard suite measures bfloat16 where the dtype changes the work (reducing ops)
+    std = build_plan((), {}, nodes=2, gpus=8, suite="standard", device="cuda")
+    coll = std.params["collectives"]
+    assert coll.dtypes == ("float32", "bfloat16") and coll.reduce_dtypes_only  # type: ignore[attr-defined]
+    named = build_plan((), {"dtypes": "float32,bfloat16"}, nodes=2, gpus=8, suite="standard",
+                       device="cuda")  # fmt: skip
+    assert not named.params["collectives"].reduce_dtypes_only  # type: ignore[attr-defined]

@@ -253,10 +253,7 @@ def preview_commands(plan: SweepPlan, cfg: LaunchConfig, out: Path) -> list[str]
 
 def estimate_lines(plan: SweepPlan) -> list[str]:
     """What the plan runs and about how long, as comment lines."""
-    lines = []
-    for e in estimates(plan):
-        lines.append(f"# {e.probe}: {e.cases} cases, about {e.seconds:.0f} s")
-        lines += [f"#   {e.sampled}"] if e.sampled else []
+    lines = [line for e in estimates(plan) for line in e.lines()]
     if plan.num_nodes == 1:
         network = ""
     elif plan.link_gbps:

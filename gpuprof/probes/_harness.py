@@ -1,8 +1,7 @@
 """The probe harness: process groups, device, warmup, timing, adaptive iterations, records.
 
-A probe module only describes its cases (`Case`: an id, its parameters, and how to build the
-timed operation and its correctness check); `run_cases` does the rest, identically for every
-probe (the nccl-tests shape: one harness, small per-op files).
+A probe module only describes its cases (`Case`: id, parameters, how to build the timed op and
+its check); `run_cases` does the rest for every probe (nccl-tests' shape: one harness).
 
 Timing: CUDA events around every iteration on GPU (the op is enqueued on the current stream);
 `time.perf_counter_ns` around every iteration on CPU, where gloo calls block until done. Every
@@ -191,8 +190,7 @@ class Scope:
 
 def make_scopes(ctx: Context, specs: Iterable[GroupSpec]) -> list[Scope | None]:
     """Create every sub-group (all ranks call new_group in one order); None if not a member.
-    A group of one rank gets no communicator (nothing to agree with: a per-device probe on
-    8,192 ranks would otherwise make 8,192 of them, each a call on every rank)."""
+    A group of one rank gets none (on 8,192 ranks, 8,192 new_group calls on every rank)."""
     scopes: list[Scope | None] = []
     for spec in specs:
         mine: Scope | None = None
@@ -227,8 +225,7 @@ class Prepared:
     timed: Callable[[int], tuple[list[float], Series]] | None = None
     more_records: Callable[[], list[dict[str, Any]]] | None = None  # written after the case
     # a canary (`gpuprof.probes._canary`, CPU only, not with `timed`): run between the timed
-    # iterations, its value recorded as the case's `canary` result (the resource's own speed
-    # in the same moments as the case), for the gate
+    # iterations, its value the case's `canary` result (the resource's own speed meanwhile)
     canary: Canary | None = None
 
 
@@ -305,8 +302,7 @@ def measure(
 
     cost_us = _timing.warm_up(timed, max(1, budget.warmup_iters), prepared.timed is not None)
     nwrong = prepared.check() if prepared.check else None
-    # a rank alone in its group agrees with itself (and has no communicator: make_scopes)
-    alone = len(scope.ranks) == 1
+    alone = len(scope.ranks) == 1  # agrees with itself (and has no group: make_scopes)
     per_iter_s = cost_us / 1e6 if alone else agreed_max(ctx, cost_us / 1e6, scope.group)
     iters = iterations_for(budget, per_iter_s)
     canary = prepared.canary
@@ -397,8 +393,8 @@ def run_cases(
 
 
 def release_scopes(scopes: list[Scope | None]) -> None:
-    """Destroy the sub-groups this rank measured in (every rank is past the last barrier), so
-    communicators do not pile up from probe to probe."""
+    """Destroy this rank's sub-groups (every rank is past the last barrier): communicators
+    must not pile up from probe to probe."""
     for scope in scopes:
         if scope is not None and scope.group is not None:
             dist.destroy_process_group(scope.group)

@@ -40,7 +40,7 @@ from gpuprof.probes._harness import (
     run_cases,
 )
 from gpuprof.runs.records import collective_case_id
-from gpuprof.specs.collectives import CollectivesParams, modes_for
+from gpuprof.specs.collectives import CollectivesParams, dtypes_for, modes_for
 from gpuprof.units import format_size
 
 PROBE = "collectives"
@@ -308,7 +308,7 @@ def cases(ctx: Context, scope: Scope, params: CollectivesParams) -> list[Case]:
     return [
         _case(ctx, scope, params, op, dtype, in_place, size)
         for op in params.ops
-        for dtype in params.dtypes
+        for dtype in dtypes_for(op, params.dtypes, params.reduce_dtypes_only)
         for in_place in modes_for(op, params.modes)
         for size in params.sizes
     ]

@@ -27,6 +27,9 @@ OPS = (
 DTYPES = ("float32", "bfloat16", "float16")
 REDOPS = ("sum", "max", "min")
 MODES = ("out_of_place", "in_place")
+# ops that reduce: the dtype decides their arithmetic (and NCCL's kernels); the others move
+# the same bytes whatever the type
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 # torch.distributed offers these only in place / only out of place
 IN_PLACE_ONLY = ("all_reduce", "broadcast", "reduce")
 OUT_OF_PLACE_ONLY = ("all_to_all", "sendrecv")
@@ -41,6 +44,12 @@ def modes_for(op: str, modes: tuple[str, ...]) -> list[bool]:
     return [mode == "in_place" for mode in modes]
 
 
+def dtypes_for(op: str, dtypes: tuple[str, ...], reduce_dtypes_only: bool) -> tuple[str, ...]:
+    """The dtypes measured for `op`: all of them, or with `reduce_dtypes_only` the first one
+    for an op that only moves data."""
+    return dtypes if op in REDUCING or not reduce_dtypes_only else dtypes[:1]
+
+
 @dataclass(frozen=True, kw_only=True)
 class CollectivesParams(ProbeParams):
     """What the collectives probe measures and how long it may spend on each case."""
@@ -50,6 +59,9 @@ class CollectivesParams(ProbeParams):
     sizes: tuple[int, ...] = tuple(size_range(1 << 10, 16 << 20, 4))
     modes: tuple[str, ...] = MODES
     redop: str = "sum"
+    # dtypes beyond the first for the reducing ops only (a suite's choice; --dtypes names
+    # the dtypes of every op)
+    reduce_dtypes_only: bool = False
     scopes: tuple[str, ...] = SCOPES
     warmup_iters: int = 3
     min_iters: int = 5
@@ -100,8 +112,12 @@ def bus_factor(op: str, num_ranks: int) -> float:
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
     """Cases one after another: every scope's cases (its groups run at the same time)."""
     assert isinstance(params, CollectivesParams)
-    per_scope = sum(len(modes_for(op, params.modes)) for op in params.ops)
-    per_scope *= len(params.dtypes) * len(params.sizes)
+    per_scope = sum(
+        len(modes_for(op, params.modes))
+        * len(dtypes_for(op, params.dtypes, params.reduce_dtypes_only))
+        for op in params.ops
+    )
+    per_scope *= len(params.sizes)
     return per_scope * len(scope_groups(num_nodes, gpus_per_node, params.scopes))
 
 
@@ -117,7 +133,7 @@ def link_bytes(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> list[
             per_size = [
                 crossing * bus_factor(op, spec.world_size) * size
                 for _ in modes_for(op, params.modes)
-                for _ in params.dtypes
+                for _ in dtypes_for(op, params.dtypes, params.reduce_dtypes_only)
                 for size in params.sizes
             ]
             out.extend(per_size)
@@ -157,9 +173,15 @@ def suite_collectives(suite: str, device: str) -> CollectivesParams:
         top = parse_size("1G" if gpu else "16M")
         return CollectivesParams(sizes=tuple(size_range(1 << 10, top, 4)), budget_s=0.1)
     if suite == "standard":
+        # sized for a cluster's time (about 15 minutes on 2 x 8 GPUs in all): sizes a factor
+        # 4 apart from 16 bytes (the curve between is smooth on a log axis), bfloat16 for the
+        # ops whose arithmetic it changes
         top = parse_size("1G" if gpu else "64M")
         return CollectivesParams(
-            sizes=tuple(size_range(8, top, 2)), dtypes=("float32", "bfloat16"), budget_s=0.3
+            sizes=tuple(size_range(16, top, 4)),
+            dtypes=("float32", "bfloat16"),
+            reduce_dtypes_only=True,
+            budget_s=0.2,
         )
     top = parse_size("4G" if gpu else "256M")
     return CollectivesParams(
@@ -192,19 +214,23 @@ def _modes(text: str) -> tuple[str, ...]:
 
 
 def _sizes(base: ProbeParams, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """--sizes, or nccl-tests' -b/-e/-f range (missing ends from the suite's sizes)."""
+    """--sizes, or nccl-tests' -b/-e/-f range (missing ends from the suite's sizes); --dtypes
+    for every op."""
     assert isinstance(base, CollectivesParams)
     ranged = any(opts.get(k) is not None for k in ("min_bytes", "max_bytes", "factor"))
     if opts.get("sizes") is not None and ranged:
         raise UsageError("--sizes cannot be combined with --min-bytes/--max-bytes/--factor")
+    # --dtypes names the dtypes of every op
+    dtypes = {"reduce_dtypes_only": False} if opts.get("dtypes") is not None else {}
     if opts.get("sizes") is not None:
-        return {"sizes": tuple(parse_size_list(opts["sizes"]))}
+        return {"sizes": tuple(parse_size_list(opts["sizes"])), **dtypes}
     if not ranged:
-        return {}
+        return dtypes
     low = parse_size(opts["min_bytes"]) if opts.get("min_bytes") is not None else min(base.sizes)
     high = parse_size(opts["max_bytes"]) if opts.get("max_bytes") is not None else max(base.sizes)
     factor = opts.get("factor")
-    return {"sizes": tuple(size_range(low, high, 2.0 if factor is None else float(factor)))}
+    sizes = tuple(size_range(low, high, 2.0 if factor is None else float(factor)))
+    return {"sizes": sizes, **dtypes}
 
 
 _KEYS = ("op", "dtype", "redop", "size_bytes", "in_place", "scope", "group", "world_size")

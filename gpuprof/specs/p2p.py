@@ -44,7 +44,7 @@ def suite_p2p(suite: str, device: str) -> P2PParams:
     """Pair bandwidth at a size past the latency-bound range: 256 MiB on GPU, 4-16 MiB on CPU."""
     gpu = device == "cuda"
     size = (256 << 20) if gpu else {"quick": 4 << 20, "standard": 16 << 20, "full": 16 << 20}[suite]
-    return P2PParams(size_bytes=size, budget_s=0.1 if suite == "quick" else 0.5)
+    return P2PParams(size_bytes=size, budget_s={"quick": 0.1, "standard": 0.25}.get(suite, 0.5))
 
 
 def quick_for_job(
