@@ -220,3 +220,25 @@ def test_bubble_advice_names_the_micro_batches_and_interleaving() -> None:
     assert "ZBVZeroBubble 43% (simulated 6%)" in grouped
     assert "m=27 for 1F1B, m=27 for GPipe" in grouped and "nan" not in grouped
     assert "In 1 of them the measured bubble exceeds the simulated one by 37 points" in grouped
+
+
+def test_the_pipeline_keeps_to_its_stages_on_a_large_job() -> None:
+    """All ranks up to 16 stages; beyond, 16 ranks spread over the job (crossing its nodes),
+    so a step of m + p - 1 micro-batches does not grow with the cluster."""
+    from gpuprof.errors import UsageError
+    from gpuprof.probes.pipeline import pipeline_group
+    from gpuprof.registry import get, preset
+    from gpuprof.specs.pipeline import PipelineParams, stage_ranks
+
+    assert stage_ranks(2, 8, 16) == tuple(range(16))
+    assert stage_ranks(1024, 8, 16) == tuple(i * 512 for i in range(16))  # every 64th node
+    assert stage_ranks(3, 8, 16) == (0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 22)
+    whole, spread = pipeline_group(2, 8, 16), pipeline_group(128, 8, 16)
+    assert (whole.scope, whole.world_size) == ("global", 16)
+    assert (spread.scope, spread.world_size, spread.num_nodes) == ("stages", 16, 16)
+    spec = get("pipeline")
+    assert spec.count_cases(preset(spec, "quick", "cuda", 1024, 8), 1024, 8) == spec.count_cases(
+        preset(spec, "quick", "cuda", 2, 8), 2, 8
+    )
+    with pytest.raises(UsageError, match="2 entries for 16 stages"):
+        PipelineParams(stage_weights=(1.0, 2.0)).check_job(64, 8, "cuda")

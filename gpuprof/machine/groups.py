@@ -25,6 +25,10 @@ class GroupSpec:
     num_nodes: int
     members: tuple[tuple[int, ...], ...]
     names: tuple[str, ...]
+    # whether each group needs a process group of its own: a per-device probe's groups of
+    # one rank do not (on 8,192 ranks, 8,192 new_group calls on every rank); DDP's single-rank
+    # baseline does (its model syncs over it)
+    communicator: bool = True
 
 
 def intra_sizes(gpus_per_node: int, num_nodes: int) -> list[int]:
@@ -120,6 +124,7 @@ def device_rounds(num_nodes: int, gpus_per_node: int, concurrency: str) -> list[
             num_nodes=1,
             members=tuple((r,) for r in members),
             names=tuple(f"rank{r}" for r in members),
+            communicator=False,
         )
         for members in rounds
     ]

@@ -189,14 +189,14 @@ class Scope:
 
 
 def make_scopes(ctx: Context, specs: Iterable[GroupSpec]) -> list[Scope | None]:
-    """Create every sub-group (all ranks call new_group in one order); None if not a member.
-    A group of one rank gets none (on 8,192 ranks, 8,192 new_group calls on every rank)."""
+    """Create every sub-group (all ranks call new_group in one order); None if not a member
+    or the spec's groups need no communicator (`GroupSpec.communicator`)."""
     scopes: list[Scope | None] = []
     for spec in specs:
         mine: Scope | None = None
         for name, members in zip(spec.names, spec.members, strict=False):
             whole = len(members) == ctx.world_size
-            group = None if whole or len(members) == 1 else dist.new_group(list(members))
+            group = None if whole or not spec.communicator else dist.new_group(list(members))
             if ctx.rank in members:
                 mine = Scope(
                     spec=spec,
@@ -302,7 +302,7 @@ def measure(
 
     cost_us = _timing.warm_up(timed, max(1, budget.warmup_iters), prepared.timed is not None)
     nwrong = prepared.check() if prepared.check else None
-    alone = len(scope.ranks) == 1  # agrees with itself (and has no group: make_scopes)
+    alone = len(scope.ranks) == 1  # agrees with itself (and may have no group: make_scopes)
     per_iter_s = cost_us / 1e6 if alone else agreed_max(ctx, cost_us / 1e6, scope.group)
     iters = iterations_for(budget, per_iter_s)
     canary = prepared.canary

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, schedules
 
-from gpuprof.machine.groups import scope_groups
+from gpuprof.machine.groups import GroupSpec, scope_groups
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Case,
@@ -42,7 +42,7 @@ from gpuprof.probes._harness import (
 from gpuprof.probes._model import pipeline_stages
 from gpuprof.probes._training import bench_case, run_scoped
 from gpuprof.runs.records import timeline_record
-from gpuprof.specs.pipeline import MULTI_CHUNK_SCHEDULES, PipelineParams
+from gpuprof.specs.pipeline import MULTI_CHUNK_SCHEDULES, PipelineParams, stage_ranks
 
 PROBE = "pipeline"
 V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
@@ -299,14 +299,27 @@ def _case(ctx: Context, scope: Scope, params: PipelineParams, schedule: str, m: 
     return bench_case(case_id, case_params, make, f"pipeline {schedule} p={p} m={m} v={v}")
 
 
+def pipeline_group(num_nodes: int, gpus_per_node: int, max_stages: int) -> GroupSpec:
+    """The pipeline's group: every rank (`global`), or `max_stages` ranks spread over the
+    job (`stages`)."""
+    ranks = stage_ranks(num_nodes, gpus_per_node, max_stages)
+    if len(ranks) == num_nodes * gpus_per_node:
+        return scope_groups(num_nodes, gpus_per_node, ("global",))[0]
+    nodes = len({r // gpus_per_node for r in ranks})
+    return GroupSpec(
+        scope="stages", world_size=len(ranks), num_nodes=nodes, members=(ranks,), names=("pipe",)
+    )
+
+
 def run(ctx: Context, params: PipelineParams, num_nodes: int, gpus_per_node: int) -> None:
-    """Every schedule at every micro-batch count, all ranks as one pipeline."""
-    p = ctx.world_size
+    """Every schedule at every micro-batch count, one pipeline (`pipeline_group`)."""
+    group = pipeline_group(num_nodes, gpus_per_node, params.max_stages)
+    p = group.world_size
     run_scoped(
         ctx,
         PROBE,
         params,
-        scope_groups(num_nodes, gpus_per_node, ("global",)),
+        [group],
         lambda scope: [
             _case(ctx, scope, params, schedule, m)
             for schedule in params.schedules

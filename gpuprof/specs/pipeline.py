@@ -18,6 +18,10 @@ PIPELINE_SCHEDULES = (
     "InterleavedZeroBubble",
     "ZBVZeroBubble",
 )
+# stages of the measured pipeline at most: a job's pipeline-parallel degree is a few to 16
+# (tensor and data parallelism make up the rest), and a step of m + p - 1 micro-batches over
+# every rank of a 1,024-node job would grow with the cluster
+MAX_STAGES = 16
 MULTI_CHUNK_SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble")
 
 
@@ -43,6 +47,7 @@ class PipelineParams(ProbeParams):
     mb_rows: int = 64
     stage_weights: tuple[float, ...] = ()
     model: str = ""  # the user's: package.module:factory ("" = Linear+GELU stages)
+    max_stages: int = MAX_STAGES  # ranks in the pipeline at most (spread over the job)
     warmup_iters: int = 1
     min_iters: int = 3
     max_iters: int = 50
@@ -68,17 +73,26 @@ class PipelineParams(ProbeParams):
         self._check_iterations()
 
     def check_job(self, num_nodes: int, gpus_per_node: int, device: str) -> None:
-        """One stage weight per rank (pipeline stage), when weights are given."""
-        stages = num_nodes * gpus_per_node
+        """One stage weight per pipeline stage, when weights are given."""
+        stages = len(stage_ranks(num_nodes, gpus_per_node, self.max_stages))
         if self.stage_weights and len(self.stage_weights) != stages:
             raise UsageError(
                 f"--stage-weights has {len(self.stage_weights)} entries for {stages} stages",
-                "give one weight per rank (pipeline stage)",
+                "give one weight per pipeline stage (rank of the pipeline)",
             )
 
     def micro_batch_counts(self, p: int) -> tuple[int, ...]:
         """The micro-batch sweep for p stages: as given, else mb_factors x p."""
         return self.micro_batches or tuple(f * p for f in self.mb_factors)
+
+
+def stage_ranks(num_nodes: int, gpus_per_node: int, max_stages: int) -> tuple[int, ...]:
+    """The ranks of the pipeline, stage by stage: every rank of the job up to `max_stages`,
+    else `max_stages` ranks spread evenly over it (so the stages cross nodes as a job's
+    pipeline does); the other ranks wait."""
+    world = num_nodes * gpus_per_node
+    p = min(world, max_stages)
+    return tuple(i * world // p for i in range(p))
 
 
 def suite_pipeline(suite: str, device: str) -> PipelineParams:
@@ -103,15 +117,15 @@ def quick_for_job(
     """The quick suite beyond 2 stages: m = p only (a step of m micro-batches takes about
     m + p - 1 micro-batch times, so m = 2p grows with the world size); 2 stages keep m = 2p."""
     assert isinstance(params, PipelineParams)
-    if suite != "quick" or num_nodes * gpus_per_node <= 2:
+    if suite != "quick" or len(stage_ranks(num_nodes, gpus_per_node, params.max_stages)) <= 2:
         return params
     return replace(params, mb_factors=params.mb_factors[:1])
 
 
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
-    """Every schedule at every micro-batch count, all ranks as one pipeline."""
+    """Every schedule at every micro-batch count, one pipeline (`stage_ranks`)."""
     assert isinstance(params, PipelineParams)
-    p = num_nodes * gpus_per_node
+    p = len(stage_ranks(num_nodes, gpus_per_node, params.max_stages))
     return len(params.schedules) * len(params.micro_batch_counts(p))
 
 
@@ -165,6 +179,14 @@ SPEC = ProbeSpec(
             type=int,
             parse=positive_int,
             help="pipeline: rows per micro-batch",
+        ),
+        Option(
+            flag="--pp-stages",
+            field="max_stages",
+            type=int,
+            parse=positive_int,
+            help=f"pipeline: stages at most (default {MAX_STAGES}; on more ranks, that many "
+            "spread evenly over the job)",
         ),
         Option(
             flag="--stage-weights",
