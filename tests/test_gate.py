@@ -379,7 +379,7 @@ def test_check_on_real_runs(gate_runs: dict[str, Path], gp: Gp, tmp_path: Path) 
     assert slow.code == 1, slow.out
     cases = json.loads(slow.out)["cases"]
     flagged = sorted(c["case"] for c in cases if c["verdict"] == "regression")
-    assert flagged == ["compute rank=0 float32 n=1024", "compute rank=1 float32 n=1024"]
+    assert flagged == ["compute rank=0 alone float32 n=1024", "compute rank=1 alone float32 n=1024"]
     root = ET.parse(junit).getroot()
     failed = sorted(c.get("name") for c in root.iter("testcase") if c.find("failure") is not None)
     assert failed == [f"{c} [tflops]" for c in flagged]
@@ -423,7 +423,7 @@ def test_check_on_real_runs(gate_runs: dict[str, Path], gp: Gp, tmp_path: Path) 
     tr = gp("trend", str(tmp_path / "artifacts"), "--baseline", str(base_file), "--min-effect",
             "40", "-o", str(trend_page))  # fmt: skip
     assert tr.code == 0, tr.err
-    assert "compute rank=0 float32 n=1024" in tr.out and trend_page.exists()
+    assert "compute rank=0 alone float32 n=1024" in tr.out and trend_page.exists()
 
 
 @pytest.mark.gloo("memory")
@@ -436,7 +436,8 @@ def test_host_copies_are_judged_against_their_canary(
     slower copy kernel would) names both. 3x, 21 iterations and a minimum effect of 50%: on
     a busy 2-core machine a run of 5 iterations had 2 of them 4-8x slow (median -53%), against
     a baseline whose 5 runs, measured in a quiet minute, differed by 1%."""
-    plan = ["--probes", "memory", "--copy-bytes", "8M", "--budget-ms", "100", "--min-iters", "21"]
+    plan = ["--probes", "memory", "--copy-bytes", "8M", "--budget-ms", "100", "--min-iters", "21",
+            "--concurrency", "alone"]  # fmt: skip
     common = ["--device", "cpu", "--gpus", "2", "--no-report", "--no-telemetry", *plan]
 
     def sweep(folder: str, *extra: str, slow: str | None = None) -> list[Path]:
@@ -467,7 +468,7 @@ def test_host_copies_are_judged_against_their_canary(
     code, slower = check(sweep("copy", slow="3:memory/*")[-1])
     assert code == 1, slower["notes"]
     named = sorted(c["case"] for c in slower["cases"] if c["verdict"] == "regression")
-    assert named == ["memory rank=0 host_copy 8 MiB", "memory rank=1 host_copy 8 MiB"]
+    assert named == ["memory rank=0 alone host_copy 8 MiB", "memory rank=1 alone host_copy 8 MiB"]
     assert slower["machine"]["canaries"][0]["verdict"] == "same"
 
 

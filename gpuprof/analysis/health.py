@@ -106,13 +106,18 @@ def _network(telemetry: pd.DataFrame) -> pd.DataFrame:
     return telemetry[net]
 
 
-def _interp_bytes(net: pd.DataFrame, host: str, start: int, end: int) -> float:
-    total = 0.0
-    for _, rows in net[net["host"] == host].groupby("source"):
+def _sent_bytes(net: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """One host's sent bytes in each window: every network source's cumulative counter
+    interpolated at the window's edges, summed; NaN where a source's samples do not cover
+    the window."""
+    total = np.zeros(len(starts))
+    for _, rows in net.groupby("source", sort=False):
+        rows = rows.sort_values("t_ns")
         t, tx = rows["t_ns"].to_numpy(float), rows["tx_bytes"].to_numpy(float)
-        if len(t) < 2 or end < t[0] or start > t[-1]:
-            return float("nan")  # the window is not covered by samples
-        total += float(np.interp(end, t, tx) - np.interp(start, t, tx))
+        if len(t) < 2:
+            return np.full(len(starts), np.nan)
+        covered = (ends >= t[0]) & (starts <= t[-1])
+        total += np.where(covered, np.interp(ends, t, tx) - np.interp(starts, t, tx), np.nan)
     return total
 
 
@@ -122,64 +127,125 @@ def _flag(samples: pd.DataFrame, column: str) -> pd.Series:
     return samples[column].astype("boolean").fillna(False).astype(bool)
 
 
-def _clock_state(samples: pd.DataFrame) -> dict[str, Any]:
-    """A case's clocks from its GPU samples: `throttled` if any sample had a slowdown reason
-    or a busy clock under the floor (the case cannot be trusted), the reasons seen, and the
-    share of samples at the power limit (shown, not held against the case)."""
-    reasons = samples["clock_reasons"].dropna() if "clock_reasons" in samples else pd.Series([])
-    seen = sorted({name for mask in reasons for name in decode_reasons(int(mask))})
-    capped = _flag(samples, "power_capped")
-    return {
-        "throttled": bool(_flag(samples, "throttled").any()),
-        "clock_reasons_seen": ",".join(r for r in seen if r != "sw_power_cap"),
-        "clock_low": bool(_flag(samples, "clock_low").any()),
-        "power_capped_pct": 100.0 * float(capped.mean()) if len(capped) else np.nan,
-    }
+# per GPU sample instant of a host: how the GPUs' values combine (then averaged over a window)
+_GPU_COLUMNS = (
+    ("gpu_util_pct", "mean"),
+    ("power_w", "sum"),
+    ("nvlink_tx_gbps", "sum"),
+    ("sm_clock_mhz", "mean"),
+    ("app_clock_mhz", "mean"),
+)
+
+
+class _Prefix:
+    """Sums over sample instants [lo, hi) in O(1): cumulative sums of values and counts."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        finite = ~np.isnan(values)
+        self.sum = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+        self.count = np.concatenate([[0], np.cumsum(finite)])
+
+    def mean(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        count = self.count[hi] - self.count[lo]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, (self.sum[hi] - self.sum[lo]) / count, np.nan)
+
+
+def _gpu_state(gpus: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> dict[str, Any]:
+    """One host's GPU samples over each window (inclusive edges): the number of samples, the
+    per-instant combination of each column averaged over the window's instants (NaN without a
+    value, never zero), `throttled` if any sample had a slowdown reason, the reasons seen
+    (power cap left out: shown, not held against a case), `clock_low`, and the share of
+    samples at the power limit."""
+    gpus = gpus.sort_values("t_ns", kind="stable")
+    by_t = gpus.groupby("t_ns", sort=True)
+    t = by_t.size().index.to_numpy(float)
+    lo, hi = np.searchsorted(t, starts, "left"), np.searchsorted(t, ends, "right")
+    rows = _Prefix(by_t.size().to_numpy(float))
+    samples = np.rint(rows.sum[hi] - rows.sum[lo]).astype(int)
+    out: dict[str, Any] = {"num_gpu_samples": samples}
+    for column, how in _GPU_COLUMNS:
+        if column in gpus.columns and gpus[column].notna().any():
+            per_t = by_t[column].agg(how) if how == "mean" else by_t[column].sum(min_count=1)
+            out[column] = _Prefix(per_t.to_numpy(float)).mean(lo, hi)
+        else:
+            out[column] = np.full(len(starts), np.nan)
+    hits = _Prefix(_flag(gpus, "throttled").groupby(gpus["t_ns"]).sum().to_numpy(float))
+    out["throttled"] = (hits.sum[hi] - hits.sum[lo]) > 0
+    out["clock_reasons_seen"] = _reasons_seen(gpus, len(t), lo, hi)
+    low = _Prefix(_flag(gpus, "clock_low").groupby(gpus["t_ns"]).sum().to_numpy(float))
+    out["clock_low"] = (low.sum[hi] - low.sum[lo]) > 0
+    capped = _Prefix(_flag(gpus, "power_capped").groupby(gpus["t_ns"]).sum().to_numpy(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = 100.0 * (capped.sum[hi] - capped.sum[lo]) / samples
+    out["power_capped_pct"] = np.where(samples > 0, share, np.nan)
+    return out
+
+
+def _reasons_seen(gpus: pd.DataFrame, instants: int, lo: np.ndarray, hi: np.ndarray) -> list[str]:
+    """The clock-event reasons any sample of each window reported (the power cap left out)."""
+    masks = np.zeros(instants, dtype=np.int64)
+    if "clock_reasons" in gpus.columns:
+        reasons = gpus["clock_reasons"].fillna(0).astype("int64")
+        masks = reasons.groupby(gpus["t_ns"]).agg(np.bitwise_or.reduce).to_numpy(np.int64)
+    seen = []
+    for a, b in zip(lo, hi, strict=True):
+        mask = int(np.bitwise_or.reduce(masks[a:b])) if b > a else 0
+        seen.append(",".join(r for r in sorted(decode_reasons(mask)) if r != "sw_power_cap"))
+    return seen
 
 
 def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
     """Each case window with the host's mean GPU utilization, power, NVLink and NIC
-    throughput, sent bytes, the ratio to what the case had to send, and `throttled`."""
+    throughput, sent bytes, the ratio to what the case had to send, and `throttled`.
+    Vectorized per host (sample instants sorted, windows found by binary search, sums by
+    prefix sums): a run of 1,024 ranks has tens of thousands of windows."""
     require_columns(telemetry, ["t_ns", "host", "source"], "telemetry")
-    gpus = telemetry[telemetry["source"].astype(str).str.startswith("gpu")]
+    if windows.empty:
+        return pd.DataFrame()
+    src = telemetry["source"].astype(str)
+    gpus = telemetry[src.str.startswith("gpu")]
     net = _network(telemetry)
-    out = []
-    for rec in windows.to_dict("records"):
-        host, start, end = rec["host"], rec["start_ns"], rec["end_ns"]
-        inside = gpus[(gpus["host"] == host) & gpus["t_ns"].between(start, end)]
-        sent = _interp_bytes(net, host, start, end)
-        duration = max(rec["duration_s"], 1e-9)
-        row = {
-            **rec,
-            "num_gpu_samples": len(inside),
+    gpus_of = dict(tuple(gpus.groupby("host", sort=False)))
+    net_of = dict(tuple(net.groupby("host", sort=False)))
+    parts = []
+    for host, part in windows.groupby("host", sort=False):
+        starts, ends = part["start_ns"].to_numpy(float), part["end_ns"].to_numpy(float)
+        sent = _sent_bytes(net_of[host], starts, ends) if host in net_of else np.zeros(len(part))
+        duration = np.maximum(part["duration_s"].to_numpy(float), 1e-9)
+        host_gpus = gpus_of.get(host, gpus.iloc[:0])
+        state = _gpu_state(host_gpus, starts, ends) if len(host_gpus) else _no_gpus(len(part))
+        columns = {
+            "num_gpu_samples": state.pop("num_gpu_samples"),
             "nic_tx_bytes": sent,
             "nic_tx_gbps": sent / duration / 1e9,
+            **{column: state.pop(column) for column, _ in _GPU_COLUMNS},
+            **state,
         }
-        for column, how in (
-            ("gpu_util_pct", "mean"),
-            ("power_w", "sum"),
-            ("nvlink_tx_gbps", "sum"),
-            ("sm_clock_mhz", "mean"),
-            ("app_clock_mhz", "mean"),
-        ):
-            if column in inside.columns and inside[column].notna().any():
-                per_sample = inside.groupby("t_ns")[column]
-                row[column] = float(getattr(per_sample, how)().mean())
-            else:
-                row[column] = np.nan  # missing, never zero
-        row.update(_clock_state(inside))
-        out.append(row)
-    frame = pd.DataFrame(out)
-    if not frame.empty:
-        frame["nic_ratio"] = frame["nic_tx_bytes"] / frame["expected_tx_bytes"]
+        parts.append(part.assign(**columns))
+    frame = pd.concat(parts).loc[windows.index].reset_index(drop=True)
+    frame["nic_ratio"] = frame["nic_tx_bytes"] / frame["expected_tx_bytes"]
     return frame
+
+
+def _no_gpus(count: int) -> dict[str, Any]:
+    """A host without GPU samples: nothing measured, nothing throttled."""
+    nan = np.full(count, np.nan)
+    return {
+        "num_gpu_samples": np.zeros(count, dtype=int),
+        **{column: nan for column, _ in _GPU_COLUMNS},
+        "throttled": np.zeros(count, dtype=bool),
+        "clock_reasons_seen": [""] * count,
+        "clock_low": np.zeros(count, dtype=bool),
+        "power_capped_pct": nan,
+    }
 
 
 def node_series(telemetry: pd.DataFrame, host: str, max_points: int = 1500) -> pd.DataFrame:
     """One node's time series, one row per time bucket (means; `throttled` if any sample in
-    the bucket was): CPU and GPU utilization, GPU power (sum), SM clock (mean), and network,
-    NVLink and PCIe throughput (sums, both directions). At most `max_points` rows, so a long
-    run stays small in the report."""
+    the bucket was): CPU (mean and busiest core) and GPU utilization, GPU power (sum), SM
+    clock (mean), and network, NVLink and PCIe throughput (sums, both directions). At most
+    `max_points` rows, so a long run stays small in the report."""
     rows = telemetry[telemetry["host"] == host]
     src = rows["source"].astype(str)
     parts = {}
@@ -189,6 +255,7 @@ def node_series(telemetry: pd.DataFrame, host: str, max_points: int = 1500) -> p
             parts[column] = rows[mask].groupby("t_ns")[column].agg(how)
 
     per_time(src == "host", "cpu_pct", "mean")
+    per_time(src == "host", "cpu_max_pct", "max")
     gpu = src.str.startswith("gpu")
     per_time(gpu, "gpu_util_pct", "mean")
     per_time(gpu, "power_w", "sum")

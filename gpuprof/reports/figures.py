@@ -6,7 +6,6 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 
 def pair_heatmap(summary: pd.DataFrame, mode: str) -> go.Figure:
@@ -52,69 +51,6 @@ def pair_heatmap(summary: pd.DataFrame, mode: str) -> go.Figure:
         template="plotly_white",
         margin={"l": 70, "r": 20, "t": 50, "b": 40},
     )
-    return fig
-
-
-_SERIES = [  # (column, label, unit row)
-    ("cpu_pct", "CPU %", "utilization %"),
-    ("gpu_util_pct", "GPU util %", "utilization %"),
-    ("network_gbps", "network GB/s", "throughput GB/s"),
-    ("nvlink_gbps", "NVLink GB/s", "throughput GB/s"),
-    ("pcie_gbps", "PCIe GB/s", "throughput GB/s"),
-    ("power_w", "GPU power W", "power W"),
-    ("sm_clock_mhz", "SM clock MHz", "SM clock MHz"),
-]
-
-
-def node_figure(series: pd.DataFrame, spans: pd.DataFrame, host: str) -> go.Figure:
-    """One node's counters over time, probe phases shaded, throttled samples marked."""
-    present = [s for s in _SERIES if s[0] in series.columns and series[s[0]].notna().any()]
-    rows = list(dict.fromkeys(unit for _, _, unit in present))
-    fig = make_subplots(
-        rows=max(1, len(rows)),
-        cols=1,
-        shared_xaxes=True,
-        subplot_titles=rows,
-        vertical_spacing=0.08,
-    )
-    t0 = int(series["t_ns"].min()) if len(series) else 0
-    seconds = (series["t_ns"] - t0) / 1e9
-    for column, label, unit in present:
-        fig.add_trace(
-            go.Scatter(x=seconds, y=series[column], name=label, mode="lines"),
-            row=rows.index(unit) + 1,
-            col=1,
-        )
-    if "throttled" in series.columns and series["throttled"].any():
-        hot = series[series["throttled"].astype(bool)]
-        fig.add_trace(
-            go.Scatter(
-                x=(hot["t_ns"] - t0) / 1e9,
-                y=[0] * len(hot),
-                mode="markers",
-                marker={"color": "red", "symbol": "x"},
-                name="throttled",
-            ),
-            row=1,
-            col=1,
-        )
-    for span in spans[spans["host"] == host].to_dict("records"):
-        fig.add_vrect(
-            x0=(span["start_ns"] - t0) / 1e9,
-            x1=(span["end_ns"] - t0) / 1e9,
-            fillcolor="LightSteelBlue",
-            opacity=0.25,
-            line_width=0,
-            annotation_text=span["probe"],
-            annotation_position="top left",
-        )
-    fig.update_layout(
-        title=f"{host}: counters during the run",
-        height=170 + 170 * len(rows),
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 60, "b": 40},
-    )
-    fig.update_xaxes(title_text="seconds since the first sample", row=len(rows) or 1, col=1)
     return fig
 
 

@@ -28,6 +28,9 @@ def ib_counters(root: Path = IB_ROOT) -> dict[str, tuple[int, int]]:
     return out
 
 
+BUSY_CORE_PCT = 90.0  # a core this busy is pegged (a launcher, data loader or busy-wait thread)
+
+
 class HostSampler:
     """Samples this host; keeps the previous byte counters for rates."""
 
@@ -45,18 +48,21 @@ class HostSampler:
         return (tx - prev[0]) / seconds / 1e9, (rx - prev[1]) / seconds / 1e9
 
     def sample(self, t_ns: int) -> list[dict[str, Any]]:
-        """Rows: 'host' (CPU, memory), 'cpuN' per core, 'nic:NAME', 'ib:DEV/PORT'."""
+        """Rows: 'host' (CPU: the mean over cores, the busiest core and the cores at least
+        BUSY_CORE_PCT busy; memory), 'nic:NAME', 'ib:DEV/PORT'. Not a row per core: a node of
+        224 cores would write 224 rows ten times a second, most of a 128-node run's data."""
         cores = psutil.cpu_percent(percpu=True)
         memory = psutil.virtual_memory()
         rows: list[dict[str, Any]] = [
             {
                 "source": "host",
                 "cpu_pct": sum(cores) / max(1, len(cores)),
+                "cpu_max_pct": max(cores, default=0.0),
+                "cpu_busy_cores": sum(pct >= BUSY_CORE_PCT for pct in cores),
                 "mem_used_bytes": int(memory.total - memory.available),
                 "mem_pct": memory.percent,
             }
         ]
-        rows += [{"source": f"cpu{i}", "cpu_pct": pct} for i, pct in enumerate(cores)]
         counters = {
             f"nic:{name}": (c.bytes_sent, c.bytes_recv)
             for name, c in psutil.net_io_counters(pernic=True).items()
