@@ -114,9 +114,7 @@ def layout(
     return out
 
 
-def telemetry(
-    run_dir: Path, nodes: int, start_ns: int, seconds: float, hz: float, cores: int
-) -> int:
+def telemetry(run_dir: Path, nodes: int, start_ns: int, seconds: float, hz: float) -> int:
     """Every node's samples as the sampler writes them; the number of rows."""
     folder = run_dir / "telemetry"
     folder.mkdir(exist_ok=True)
@@ -128,12 +126,9 @@ def telemetry(
         for k in range(instants):
             t = start_ns + int(k * 1e9 / hz)
             base = {"t_ns": t, "host": host(node), "node_rank": node}
-            lines.append({**base, "source": "host", "cpu_pct": 30.0, "mem_used_bytes": 2 << 40,
+            lines.append({**base, "source": "host", "cpu_pct": float(rng.uniform(0, 100)),
+                          "cpu_max_pct": 100.0, "cpu_busy_cores": 9, "mem_used_bytes": 2 << 40,
                           "mem_pct": 20.0})  # fmt: skip
-            pcts = rng.uniform(0, 100, cores).round(1)
-            lines += [
-                {**base, "source": f"cpu{i}", "cpu_pct": float(p)} for i, p in enumerate(pcts)
-            ]
             for nic in [f"ib{i}" for i in range(GPUS)] + ["eth0"]:
                 lines.append({**base, "source": f"nic:{nic}", "tx_bytes": k << 30,
                               "rx_bytes": k << 30, "tx_gbps": 40.0, "rx_gbps": 40.0})  # fmt: skip

@@ -397,3 +397,62 @@ def test_fsdp_nic_bytes_match_its_accounting(tmp_path: Path) -> None:
             f"(ratio {rec['nic_tx_bytes'] / theory:.3f})"
         )
         assert abs(ratio - 1) <= 0.20
+
+
+def test_per_node_probes_run_on_every_node_at_once_and_sampled_p2p_names_a_slow_node(
+    tmp_path: Path,
+) -> None:
+    """4 emulated nodes x 1 rank, node 2's link at a quarter of the others': memory and
+    compute run on every node at the same time (each case's window on the 4 nodes overlaps;
+    the shape of the run is the single-node one, per rank), and p2p sampled to the ring's 2
+    rounds of node pairs (4 of the 6 pairs) still names node 2: slow with both its partners,
+    which are fine with the others."""
+    with emulated_cluster(4, f"{RATE_MBIT}mbit", f"2:{RATE_MBIT // 4}mbit") as cluster:
+        codes = manual_sweep(
+            cluster,
+            tmp_path,
+            [
+                "--probes",
+                "memory,compute,p2p",
+                "--copy-bytes",
+                "4M",
+                "--matmul-n",
+                "256",
+                "--p2p-bytes",
+                "2M",
+                "--p2p-modes",
+                "uni",
+                "--p2p-node-rounds",
+                "2",
+                "--budget-ms",
+                "5",
+                "--min-iters",
+                "3",
+                "--warmup",
+                "1",
+            ],
+            gpus=1,
+        )
+    assert codes == [0, 0, 0, 0], logs(tmp_path, 4)
+    run = open_run("latest", tmp_path / "n0")
+    for probe in ("memory", "compute"):
+        table = run.table(probe)
+        spans = table.groupby(["concurrency", "case_id", "rank"])[["start_unix_ns", "end_unix_ns"]]
+        for (way, case), windows in spans.first().groupby(level=[0, 1]):
+            starts, ends = windows["start_unix_ns"], windows["end_unix_ns"]
+            print(f"{probe} {case}: starts within {(starts.max() - starts.min()) / 1e6:.0f} ms")
+            assert len(windows) == 4, (probe, case)  # every node measured it
+            assert starts.max() < ends.min(), (probe, way, case)  # all 4 at the same time
+    memory = summarize_run(run, "memory")
+    assert sorted(zip(memory["rank"], memory["concurrency"], strict=True)) == [
+        (r, way) for r in range(4) for way in ("alone", "together")
+    ]
+    pairs = summarize_run(run, "p2p")
+    measured = sorted(zip(pairs["rank_a"], pairs["rank_b"], strict=True))
+    assert measured == [(0, 1), (0, 3), (1, 2), (2, 3)]  # the ring: (0, 2) and (1, 3) left out
+    for rec in pairs.to_dict("records"):
+        print(f"p2p {rec['rank_a']}-{rec['rank_b']}: {rec['bw_gbps'] * 1e3:.2f} MB/s")
+    flagged = sorted(zip(*(pairs[pairs["flagged"]][c] for c in ("rank_a", "rank_b")), strict=True))
+    assert flagged == [(1, 2), (2, 3)]
+    report = (run.path / "report.html").read_text()
+    assert "Node 2 (node2) is slow with 2 of its 2 partner nodes (node 1, node 3)" in report
