@@ -96,3 +96,50 @@ def test_the_report_opens_with_a_health_verdict() -> None:
     two = health(measured, False, ["A. B.", "C."])
     assert two.startswith("Worth a look: ") and two.endswith("First finding: A. (+1 more below)")
     assert health("Run partial: 3 cases measured.", True, []).startswith("Failing: Run partial")
+
+
+def test_a_report_of_many_nodes_keeps_to_what_a_reader_can_take_in() -> None:
+    """128 intra groups at once: each case as its median group and its slowest (named), and
+    every case with wrong elements; telemetry figures for 8 nodes, every node in the table;
+    p2p per node beyond 64 ranks."""
+    import pandas as pd
+
+    from gpuprof.reports.sections.collectives import at_scale
+    from gpuprof.reports.sections.telemetry import standing_out
+
+    rows = [
+        {"scope": "intra", "world_size": 8, "group": f"node{k}", "op": "all_reduce",
+         "dtype": "float32", "redop": "sum", "in_place": True, "size_bytes": size,
+         "busbw_gbps": 100.0 - (50 if k == 17 and size == 1024 else 0) + k / 1000,
+         "time_us": 10.0, "nwrong": 3 if (k, size) == (40, 2048) else 0}
+        for k in range(128)
+        for size in (1024, 2048)
+    ] + [
+        {"scope": "global", "world_size": 1024, "group": "all", "op": "all_reduce",
+         "dtype": "float32", "redop": "sum", "in_place": True, "size_bytes": 1024,
+         "busbw_gbps": 80.0, "time_us": 20.0, "nwrong": 0}
+    ]  # fmt: skip
+    summary = pd.DataFrame(rows)
+    shown = at_scale(summary, name_slowest=True)
+    by = {(r["group"], r["size_bytes"]): r for r in shown.to_dict("records")}
+    assert (
+        by[("median of 128", 1024)]["busbw_gbps"]
+        == summary[(summary["scope"] == "intra") & (summary["size_bytes"] == 1024)][
+            "busbw_gbps"
+        ].median()
+    )
+    assert by[("node17 (slowest of 128)", 1024)]["busbw_gbps"] < 51
+    assert by[("median of 128", 2048)]["nwrong"] == 3  # a wrong element is never averaged away
+    assert ("node40", 2048) in by and by[("node40", 2048)]["nwrong"] == 3
+    assert ("all", 1024) in by and len(shown) == 2 + 2 + 1 + 1
+    assert set(at_scale(summary, name_slowest=False)["group"]) >= {"slowest of 128"}
+    small = summary[summary["group"].isin(["node0", "node1", "all"])]
+    assert at_scale(small, name_slowest=True).equals(small.reset_index(drop=True))
+
+    series = {
+        f"node{k}": pd.DataFrame({"gpu_util_pct": [90.0 - (k == 5) * 60], "throttled": [k == 9]})
+        for k in range(20)
+    }
+    assert standing_out(series)[:3] == ["node0", "node9", "node5"]
+    assert len(standing_out(series)) == 8
+    assert standing_out({k: series[k] for k in list(series)[:4]}) == list(series)[:4]

@@ -333,3 +333,44 @@ def overview_figure(rows: pd.DataFrame) -> go.Figure:
         template="plotly_white",
     )
     return fig
+
+
+def node_pairs_figure(summary: pd.DataFrame, mode: str) -> go.Figure:
+    """On many ranks, one p2p mode per node instead of a rank x rank matrix: the median and the
+    slowest of each node's pairs with other nodes (network), and of its pairs inside it."""
+    rows = summary[summary["mode"] == mode]
+    ends = pd.concat(
+        [
+            rows.assign(node=rows["node_a"], host=rows["host_a"]),
+            rows.assign(node=rows["node_b"], host=rows["host_b"]),
+        ]
+    )
+    fig = go.Figure()
+    for inside, label in ((False, "with other nodes"), (True, "inside the node")):
+        part = ends[(ends["link_class"] == "network") != inside]
+        if part.empty:
+            continue
+        per_node = part.groupby("node", sort=True).agg(
+            median=("bw_gbps", "median"), slowest=("bw_gbps", "min"), host=("host", "first")
+        )
+        for column, symbol in (("median", "circle"), ("slowest", "x")):
+            fig.add_trace(
+                go.Scatter(
+                    x=per_node.index,
+                    y=per_node[column],
+                    mode="markers",
+                    marker={"symbol": symbol},
+                    name=f"{column} pair {label}",
+                    text=per_node["host"],
+                    hovertemplate="node %{x} (%{text}): %{y:.3g} GB/s"
+                    "<extra>%{fullData.name}</extra>",
+                )
+            )
+    fig.update_layout(
+        title=f"p2p {mode}: each node's pairs (median and slowest)",
+        xaxis={"title": "node"},
+        yaxis={"title": "GB/s", "rangemode": "tozero"},
+        height=380,
+        **_LAYOUT,
+    )
+    return fig

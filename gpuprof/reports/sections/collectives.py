@@ -75,6 +75,37 @@ def interesting_rows(summary: pd.DataFrame) -> tuple[int, ...]:
     return tuple(sorted({int(i) for i in largest} | {int(i) for i in wrong}))
 
 
+# a scope with more groups at once than this (intra on every node, rails on many nodes) is
+# shown per case as its median group and its slowest one; cases with wrong elements in full
+MAX_GROUPS = 8
+
+
+def at_scale(summary: pd.DataFrame, name_slowest: bool) -> pd.DataFrame:
+    """The summary for the report on many nodes: a scope of more than MAX_GROUPS groups as,
+    per case, the median over its groups (group `median of N`) and the slowest group (named,
+    or `slowest of N` for a figure's one line), plus every row with wrong elements."""
+    case = [c for c in ("op", "dtype", "redop", "in_place", "size_bytes") if c in summary]
+    parts = []
+    for _, part in summary.groupby(["scope", "world_size"], sort=False):
+        groups = part["group"].nunique()
+        if groups <= MAX_GROUPS:
+            parts.append(part)
+            continue
+        by_case = part.groupby(case, sort=False, dropna=False)
+        median = by_case.median(numeric_only=True).reset_index()
+        median = median.assign(scope=part["scope"].iloc[0], group=f"median of {groups}")
+        median["nwrong"] = by_case["nwrong"].max().to_numpy()
+        slowest = part.loc[by_case["busbw_gbps"].idxmin()].copy()
+        slowest["group"] = (
+            slowest["group"].astype(str) + f" (slowest of {groups})"
+            if name_slowest
+            else f"slowest of {groups}"
+        )
+        wrong = part[part["nwrong"].fillna(0) > 0]
+        parts += [median[[c for c in part.columns if c in median]], slowest, wrong]
+    return pd.concat(parts, ignore_index=True).drop_duplicates()
+
+
 def _figures(summary: pd.DataFrame) -> list[str]:
     pairs = summary[["op", "dtype"]].drop_duplicates()
     order = sorted(
@@ -91,21 +122,29 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     summary = analyzed.summary("collectives")
     if summary.empty:
         return []
+    shown = at_scale(summary, name_slowest=True)
+    many = len(shown) < len(summary)
     table = summary_table(
-        summary,
+        shown,
         "collectives",
         id="summary",
         left=(1, 2, 3, 4),
         wrong_last=True,
-        shown=interesting_rows(summary),
+        shown=interesting_rows(shown),
         intro="Shown: each curve's largest size and every case with wrong elements; all rows "
-        "one click below.",
+        "one click below."
+        + (
+            f" Scopes of more than {MAX_GROUPS} groups at once show per case the median group "
+            "and the slowest one (every group: gpuprof show RUN)."
+            if many
+            else ""
+        ),
     )
     return [
         Section(
             title="Collectives: bus bandwidth against size",
             anchor="collectives",
-            blocks=[Figures(html=_figures(summary))],
+            blocks=[Figures(html=_figures(at_scale(summary, name_slowest=False)))],
             method=method(plan),
             verdict=verdict(analyzed.info, summary),
         ),
