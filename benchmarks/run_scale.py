@@ -146,9 +146,29 @@ def timed(label: str, argv: list[str], results: dict[str, float]) -> str:
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
     results[label] = time.perf_counter() - start
+    print(f"  {label}: {results[label]:.1f} s", flush=True)
     if done.returncode not in (0, 1):  # check exits 1 on a regression; anything else is wrong
         raise SystemExit(f"{label} failed ({done.returncode}): {done.stderr[-2000:]}")
     return done.stdout
+
+
+def in_chromium(report: Path) -> str:
+    """The report in headless Chromium: the console messages it logged and the figures it
+    drew (plotly draws 3 svg layers per figure), or why it was not opened."""
+    chromium = next(
+        (shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None
+    )
+    if chromium is None:
+        return "not opened (no chromium)"
+    done = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--v=0", "--virtual-time-budget=20000", "--dump-dom", report.as_uri()],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    figures = done.stdout.count('class="plotly-graph-div')
+    drawn = done.stdout.count('class="main-svg') // 3
+    return f"Chromium: {len(console)} console message(s), {drawn} of {figures} figures drawn"
 
 
 def main() -> None:
@@ -160,6 +180,7 @@ def main() -> None:
     parser.add_argument("--hz", type=float, default=10.0, help="telemetry samples a second")
     parser.add_argument("--seconds", type=float, help="telemetry span (default: the estimate)")
     parser.add_argument("--keep", type=Path, help="keep the large run here")
+    parser.add_argument("--no-gate", action="store_true", help="leave out baseline and check")
     args = parser.parse_args()
     if args.ranks % GPUS:
         raise SystemExit(f"--ranks must be a multiple of {GPUS}")
@@ -212,7 +233,7 @@ def main() -> None:
         print(f"{args.ranks} ranks ({nodes} nodes x {GPUS}): {count:,} case records, "
               f"{iterations:,} iterations ({shard_mb:,.0f} MB of shards, written in "
               f"{wrote_s:.1f} s); telemetry {samples:,} samples ({tel_mb:,.0f} MB: "
-              f"{seconds:.0f} s at {args.hz:g} Hz)")  # fmt: skip
+              f"{seconds:.0f} s at {args.hz:g} Hz)", flush=True)  # fmt: skip
         results: dict[str, float] = {}
         finish = ("from gpuprof.runs.finish import finish_run; import sys; "
                   "finish_run(__import__('pathlib').Path(sys.argv[1]), 0)")  # fmt: skip
@@ -220,13 +241,13 @@ def main() -> None:
         timed("show", [*py, "show", str(run_dir), "--table", "collectives"], results)
         timed("report", [*py, "report", str(run_dir)], results)
         timed("predict", [*py, "predict", str(run_dir), "--nodes", "128,1024"], results)
-        base = run_dir.parent / "base.json"
-        timed("baseline", [*py, "baseline", str(run_dir), "-o", str(base)], results)
-        timed("check", [*py, "check", "--baseline", str(base), "--run", str(run_dir)], results)
+        if not args.no_gate:
+            base = run_dir.parent / "base.json"
+            timed("baseline", [*py, "baseline", str(run_dir), "-o", str(base)], results)
+            timed("check", [*py, "check", "--baseline", str(base), "--run", str(run_dir)], results)
         tables_mb = sum(p.stat().st_size for p in run_dir.glob("*.parquet")) / 1e6
         report_mb = (run_dir / "report.html").stat().st_size / 1e6
-        for label, took in results.items():
-            print(f"  {label}: {took:.1f} s")
+        print(f"  {in_chromium(run_dir / 'report.html')}")
         both = results["consolidate (finish the run)"] + results["report"]
         print(f"  consolidate + report: {both:.1f} s; tables {tables_mb:.0f} MB; "
               f"report.html {report_mb:.1f} MB")  # fmt: skip

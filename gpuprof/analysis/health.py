@@ -20,6 +20,7 @@ import pandas as pd
 
 from gpuprof.analysis import require_columns
 from gpuprof.machine.clocks import decode_reasons
+from gpuprof.runs.tables import group_codes
 
 # what identifies a case window (a case of one group, on one host)
 CASE_KEYS = ["probe", "case_id", "scope", "world_size", "group", "host"]
@@ -51,8 +52,11 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
         ],
         "probe",
     )
+    # grouped by one integer per case window and rank (a 1,024-rank run has 30 million rows)
+    codes = group_codes(table, [*CASE_KEYS, "rank"])
+    first = np.unique(codes, return_index=True)[1]
     ranks = (
-        table.groupby([*CASE_KEYS, "rank"], sort=False)
+        table.groupby(codes, sort=True)
         .agg(
             start=("start_unix_ns", "min"),
             end=("end_unix_ns", "max"),
@@ -69,8 +73,10 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
                 else {}
             ),
         )
-        .reset_index()
+        .reset_index(drop=True)
     )
+    keys = table[[*CASE_KEYS, "rank"]].iloc[first].reset_index(drop=True)
+    ranks = pd.concat([keys, ranks], axis=1)
     if "op" in ranks.columns:
         checked = ranks["nwrong"].notna().astype(int)
         ops = ranks["warmup"] + checked + ranks["iterations"]
@@ -87,14 +93,12 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
         ranks["expected_tx_bytes"] = pd.Series(per_op, index=ranks.index, dtype="float") * ops
     else:
         ranks["expected_tx_bytes"] = np.nan
-    windows = (
-        ranks.groupby(CASE_KEYS, sort=False)
-        .agg(
-            start_ns=("start", "min"),
-            end_ns=("end", "max"),
-            expected_tx_bytes=("expected_tx_bytes", lambda s: s.sum(min_count=len(s))),
-        )
-        .reset_index()
+    by_window = ranks.groupby(CASE_KEYS, sort=False)
+    windows = by_window.agg(start_ns=("start", "min"), end_ns=("end", "max")).reset_index()
+    # what the window's ranks had to send: missing unless every rank's is known
+    known = by_window["expected_tx_bytes"].count().to_numpy() == by_window.size().to_numpy()
+    windows["expected_tx_bytes"] = np.where(
+        known, by_window["expected_tx_bytes"].sum().to_numpy(), np.nan
     )
     windows["duration_s"] = (windows["end_ns"] - windows["start_ns"]) / 1e9
     return windows

@@ -64,7 +64,12 @@ class Analyzed:
             tables = self.timed_tables()
             if not tables:
                 return pd.DataFrame()
-            parts = [attribute(case_windows(t), telemetry) for t in tables.values()]
-            return pd.concat(parts, ignore_index=True)
+            # every table's windows at once: each host's samples are prepared once
+            windows = [w for w in (case_windows(t) for t in tables.values()) if len(w)]
+            return (
+                attribute(pd.concat(windows, ignore_index=True), telemetry)
+                if windows
+                else (pd.DataFrame())
+            )
 
         return self.cached("attributed", compute)

@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -157,11 +157,18 @@ def warn(message: str) -> None:
     print(f"gpuprof: warning: {message}", file=sys.stderr, flush=True)
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(
+    path: Path, brief: Callable[[str], dict[str, Any] | None] | None = None
+) -> Iterator[dict[str, Any]]:
     """Yield the JSON objects of one JSONL file. A line that does not parse (damage, or a
-    crash mid-write: the torn last line) is skipped with a warning naming the file and line."""
+    crash mid-write: the torn last line) is skipped with a warning naming the file and line.
+    `brief(line)`, where it gives a record, stands for the line unparsed."""
     with path.open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
+            short = brief(line) if brief else None
+            if short is not None:
+                yield short
+                continue
             try:
                 record = json.loads(line) if line.endswith("\n") else None
             except json.JSONDecodeError:
@@ -176,6 +183,26 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 def read_shard(path: Path) -> Iterator[dict[str, Any]]:
     """Yield the records of one rank shard (damaged lines skipped with a warning)."""
     yield from read_jsonl(path)
+
+
+# the opening of the lines ShardWriter writes for measured cases and timelines (compact JSON,
+# `type` first): their bulk (every iteration's time) need not be parsed to know they are there
+_BULK = ('{"type":"case",', '{"type":"timeline",')
+
+
+def iter_run_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """The records of every rank shard, rank by rank, a measured case or timeline only as
+    `{"type": ..., "rank": R}` (a shard holds one rank's lines): a run's events (skips,
+    failures, the case in flight) read without parsing its measurements again."""
+    for path in sorted((run_dir / RANKS_DIR).glob("rank-*.jsonl")):
+        rank = int(path.stem.rpartition("-")[2])
+
+        def brief(line: str, rank: int = rank) -> dict[str, Any] | None:
+            if line.startswith(_BULK) and line.endswith("}\n"):
+                return {"type": line[9 : line.index('"', 9)], "rank": rank}
+            return None
+
+        yield from read_jsonl(path, brief)
 
 
 def iter_run_records(run_dir: Path) -> Iterator[dict[str, Any]]:

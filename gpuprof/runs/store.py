@@ -25,6 +25,7 @@ from gpuprof.runs.records import (
     FAILED_FLAG,
     RANKS_DIR,
     SCHEMA_VERSION,
+    iter_run_events,
     iter_run_records,
     warn,
 )
@@ -158,7 +159,7 @@ def run_events(run_dir: Path, since_ns: int = 0) -> dict[str, list[dict[str, Any
     Failures and markers before `since_ns` (an earlier attempt of a resumed run) are ignored."""
     events: dict[str, list[dict[str, Any]]] = {"skip": [], "failure": [], "in_flight": []}
     started: dict[int, dict[str, Any]] = {}
-    for rec in iter_run_records(run_dir):
+    for rec in iter_run_events(run_dir):  # cases only as their type and rank
         kind, rank = rec.get("type"), rec.get("rank")
         if kind in ("failure", "phase") and rec.get("unix_ns", since_ns) < since_ns:
             continue
