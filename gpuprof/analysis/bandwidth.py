@@ -50,13 +50,6 @@ SUMMARY_COLUMNS = [
 CASE_GROUP = ["case_id", "scope", "world_size", "group"]
 
 
-def iteration_times(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (case, group, iteration): the slowest rank's time."""
-    require_columns(frame, [*SUMMARY_KEYS, "iteration", "time_us", "rank"], "collectives")
-    keys = [*SUMMARY_KEYS, "iteration"]
-    return frame.groupby(keys, sort=False, dropna=False)["time_us"].max().reset_index()
-
-
 def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
     """One summary row per case and group, as `gpuprof show --table collectives` prints it.
     Grouped by one integer per case and group (`group_codes`): a 1,024-rank run has 30

@@ -161,12 +161,20 @@ def _gpu_state(gpus: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> dict
     value, never zero), `throttled` if any sample had a slowdown reason, the reasons seen
     (power cap left out: shown, not held against a case), `clock_low`, and the share of
     samples at the power limit."""
-    gpus = gpus.sort_values("t_ns", kind="stable")
     by_t = gpus.groupby("t_ns", sort=True)
     t = by_t.size().index.to_numpy(float)
     lo, hi = np.searchsorted(t, starts, "left"), np.searchsorted(t, ends, "right")
-    rows = _Prefix(by_t.size().to_numpy(float))
-    samples = np.rint(rows.sum[hi] - rows.sum[lo]).astype(int)
+
+    def in_window(per_instant: pd.Series) -> np.ndarray:
+        """Each window's sum of a per-instant count."""
+        prefix = _Prefix(per_instant.to_numpy(float))
+        return np.asarray(prefix.sum[hi] - prefix.sum[lo])
+
+    def flagged(column: str) -> np.ndarray:
+        """Each window's samples with the flag set."""
+        return in_window(_flag(gpus, column).groupby(gpus["t_ns"]).sum())
+
+    samples = np.rint(in_window(by_t.size())).astype(int)
     out: dict[str, Any] = {"num_gpu_samples": samples}
     for column, how in _GPU_COLUMNS:
         if column in gpus.columns and gpus[column].notna().any():
@@ -174,14 +182,11 @@ def _gpu_state(gpus: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> dict
             out[column] = _Prefix(per_t.to_numpy(float)).mean(lo, hi)
         else:
             out[column] = np.full(len(starts), np.nan)
-    hits = _Prefix(_flag(gpus, "throttled").groupby(gpus["t_ns"]).sum().to_numpy(float))
-    out["throttled"] = (hits.sum[hi] - hits.sum[lo]) > 0
+    out["throttled"] = flagged("throttled") > 0
     out["clock_reasons_seen"] = _reasons_seen(gpus, len(t), lo, hi)
-    low = _Prefix(_flag(gpus, "clock_low").groupby(gpus["t_ns"]).sum().to_numpy(float))
-    out["clock_low"] = (low.sum[hi] - low.sum[lo]) > 0
-    capped = _Prefix(_flag(gpus, "power_capped").groupby(gpus["t_ns"]).sum().to_numpy(float))
+    out["clock_low"] = flagged("clock_low") > 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = 100.0 * (capped.sum[hi] - capped.sum[lo]) / samples
+        share = 100.0 * flagged("power_capped") / samples
     out["power_capped_pct"] = np.where(samples > 0, share, np.nan)
     return out
 
@@ -207,8 +212,7 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
     require_columns(telemetry, ["t_ns", "host", "source"], "telemetry")
     if windows.empty:
         return pd.DataFrame()
-    src = telemetry["source"].astype(str)
-    gpus = telemetry[src.str.startswith("gpu")]
+    gpus = telemetry[telemetry["source"].astype(str).str.startswith("gpu")]
     net = _network(telemetry)
     gpus_of = dict(tuple(gpus.groupby("host", sort=False)))
     net_of = dict(tuple(net.groupby("host", sort=False)))

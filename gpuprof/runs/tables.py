@@ -56,23 +56,27 @@ def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     return {probe: _expand(recs) for probe, recs in per_probe.items()}
 
 
+def _own(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record's values that hold for every one of its iterations."""
+    return {
+        **{k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")},
+        **rec.get("params", {}),
+        **rec.get("results", {}),
+        "start_unix_ns": rec.get("start_unix_ns", 0),
+        "end_unix_ns": rec.get("end_unix_ns", 0),
+        "warmup_iters": rec.get("warmup_iters", 0),
+    }
+
+
 def _expand(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """One probe's case records as rows, one per iteration (columns in first-seen order)."""
+    """One probe's case records as rows, one per iteration: the first record's own columns,
+    the iteration and its time, the columns later records added, then the per-iteration
+    series."""
     counts = np.array([len(rec["times_us"]) for rec in records], dtype=np.int64)
     values: dict[str, list[Any]] = {}
     series: dict[str, list[Any]] = {}
-    first = 0
     for i, rec in enumerate(records):
-        fixed = {k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")}
-        own = {
-            **fixed,
-            **rec.get("params", {}),
-            **rec.get("results", {}),
-            "start_unix_ns": rec.get("start_unix_ns", 0),
-            "end_unix_ns": rec.get("end_unix_ns", 0),
-            "warmup_iters": rec.get("warmup_iters", 0),
-        }
-        first = first if i else len(own)  # the first record's own columns
+        own = _own(rec)
         for key, value in own.items():
             if key not in values:  # a column new in this record
                 values[key] = [None] * i
@@ -85,29 +89,27 @@ def _expand(records: list[dict[str, Any]]) -> pd.DataFrame:
         for key, column in series.items():
             num, got = int(counts[i]), (rec.get("series") or {}).get(key) or []
             column.append([got[j] if j < len(got) else None for j in range(num)])
-    total = int(counts.sum())
-    columns: dict[str, Any] = {}
-    for index, (key, per_record) in enumerate(values.items()):
-        if index == first:  # after the first record's own columns, as rows were built before
-            columns.update(_iterations(records, counts, total))
+
+    def repeated(key: str) -> pd.Series:
         # each record's value inferred once (n records), then repeated for its iterations
-        repeated = pd.Series(per_record).repeat(counts)  # type: ignore[arg-type]  # an array is fine
-        columns[key] = repeated.reset_index(drop=True)
-    if "time_us" not in columns:
-        columns.update(_iterations(records, counts, total))
+        per_record = pd.Series(values[key]).repeat(counts)  # type: ignore[arg-type]
+        return per_record.reset_index(drop=True)
+
+    names, first = list(values), len(_own(records[0]))
+    columns: dict[str, Any] = {k: repeated(k) for k in names[:first]}
+    columns.update(_iterations(records, counts))
+    columns.update({k: repeated(k) for k in names[first:]})
     for key, per_record in series.items():
         columns[key] = pd.Series([v for chunk in per_record for v in chunk])
     return pd.DataFrame(columns)
 
 
-def _iterations(
-    records: list[dict[str, Any]], counts: np.ndarray, total: int
-) -> dict[str, np.ndarray]:
+def _iterations(records: list[dict[str, Any]], counts: np.ndarray) -> dict[str, np.ndarray]:
     """The iteration number and time of every row."""
     starts = np.repeat(np.cumsum(counts) - counts, counts)
     times = [np.asarray(rec["times_us"], dtype=float) for rec in records]
     return {
-        "iteration": np.arange(total) - starts,
+        "iteration": np.arange(int(counts.sum())) - starts,
         "time_us": np.concatenate(times) if times else np.zeros(0),
     }
 
