@@ -424,8 +424,11 @@ def test_per_node_probes_run_on_every_node_at_once_and_sampled_p2p_names_a_slow_
                 "uni",
                 "--p2p-node-rounds",
                 "2",
+                # each case lasts half a second: the nodes start a round together (a barrier)
+                # but not each case, and on a busy 2-core machine their starts spread by up
+                # to about 150 ms; a case of a few ms could end before another node's began
                 "--budget-ms",
-                "5",
+                "500",
                 "--min-iters",
                 "3",
                 "--warmup",
