@@ -426,11 +426,15 @@ def test_per_node_probes_run_on_every_node_at_once_and_sampled_p2p_names_a_slow_
                 "2",
                 # each case lasts half a second: the nodes start a round together (a barrier)
                 # but not each case, and on a busy 2-core machine their starts spread by up
-                # to about 150 ms; a case of a few ms could end before another node's began
+                # to about 180 ms; a case of a few ms could end before another node's began.
+                # --max-iters lifts the ceilings' cap of 200 iterations (a 4 MB copy's 200
+                # took 150 ms in CI, less than the spread: the budget must decide the length)
                 "--budget-ms",
                 "500",
                 "--min-iters",
                 "3",
+                "--max-iters",
+                "100000",
                 "--warmup",
                 "1",
             ],
