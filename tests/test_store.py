@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from gpuprof import open_run
@@ -22,7 +26,7 @@ from gpuprof.runs.records import (
     shard_path,
 )
 from gpuprof.runs.store import RUN_JSON, create_run_dir, resolve_run, update_run_json
-from gpuprof.runs.tables import consolidate
+from gpuprof.runs.tables import consolidate, group_codes, read_parquet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -265,3 +269,51 @@ def test_runs_lists_every_run_folder_oldest_first(tmp_path: Path, gp: Any) -> No
     assert "2 x 16" in table and "unreadable" in table
     missing = gp("runs", str(tmp_path / "nope"))
     assert missing.code == 2 and "no folder" in missing.err
+
+
+def test_group_codes_number_groups_by_first_appearance_whatever_the_row_order() -> None:
+    """Rows cut into runs of equal keys first: the codes are those of factorizing every row,
+    for text (arrow and python), floats with NaN, nullable integers and missing keys, rows
+    in record order or shuffled."""
+    rng = np.random.default_rng(0)
+    text = rng.choice(np.array(["a", "b", "c"], dtype=object), 400)
+    text[rng.choice(400, 40)] = None
+    frame = pd.DataFrame(
+        {
+            "arrow": pd.array(text, dtype="string[pyarrow]"),
+            "python": pd.array(text, dtype="string[python]"),
+            "object": pd.Series(text, dtype=object),
+            "float": np.where(rng.random(400) < 0.1, np.nan, rng.integers(0, 3, 400)),
+            "nullable": pd.array(rng.integers(0, 3, 400), dtype="Int64"),
+        }
+    )
+    frame.loc[rng.choice(400, 30), "nullable"] = pd.NA
+    grouped = frame.sort_values(["arrow", "float"], kind="stable").reset_index(drop=True)
+    for table in (frame, grouped, frame.iloc[:1], frame.iloc[:0]):
+        for keys in (["arrow"], ["python", "float"], ["object", "nullable"], list(frame)):
+            expected = np.zeros(len(table), dtype=np.int64)
+            for key in keys:
+                column, uniques = pd.factorize(table[key], use_na_sentinel=False)
+                expected = pd.factorize(expected * max(1, len(uniques)) + column)[0]
+            assert group_codes(table, keys).tolist() == expected.tolist(), keys
+
+
+def test_tables_read_back_as_pandas_reads_them_each_text_column_in_one_piece(
+    tmp_path: Path,
+) -> None:
+    """A table of several row groups (each with its own dictionary) reads back equal to
+    pandas' own reading, dtypes included, each text column one chunk."""
+    frame = pd.DataFrame(
+        {
+            "case": ["x", "y", None, "z"] * 50,
+            "empty": [None] * 200,
+            "n": np.arange(200),
+            "t": np.linspace(0, 1, 200),
+            "flag": [True, None] * 100,
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=7)
+    read = read_parquet(path)
+    pd.testing.assert_frame_equal(read, pd.read_parquet(path))
+    assert getattr(pa.array(read["case"].array), "num_chunks", 1) == 1

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from gpuprof.analysis import RunTables, gpu_model, require_columns
+from gpuprof.analysis import RunTables, gpu_model, grouped, require_columns, slowest_iterations
 from gpuprof.errors import UsageError
 from gpuprof.machine.hardware import gpu_peaks
-from gpuprof.runs.tables import group_codes
 from gpuprof.specs.collectives import bus_factor
 
 SUMMARY_KEYS = [
@@ -57,13 +55,8 @@ def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
     require_columns(frame, [*SUMMARY_KEYS, "iteration", "time_us", "rank", "nwrong"], "collectives")
     if frame.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    case = group_codes(frame, CASE_GROUP)
-    first = np.unique(case, return_index=True)[1]  # a row of each case, in code order
-    iteration = frame["iteration"].to_numpy(np.int64)
-    span = int(iteration.max()) + 1 if len(iteration) else 1
-    times = pd.Series(frame["time_us"].to_numpy(float))
-    slowest = times.groupby(case * span + iteration).max()  # per case and iteration
-    per_iter = slowest.groupby(slowest.index.to_numpy() // span, sort=True)
+    case, keys = grouped(frame, CASE_GROUP, SUMMARY_KEYS)
+    per_iter = slowest_iterations(frame, case)
     summary = pd.DataFrame(
         {
             "time_us": per_iter.median(),
@@ -78,8 +71,7 @@ def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
     wrong = nwrong.groupby([case, frame["rank"].to_numpy()], sort=False).first()
     # min_count=1: a case nobody checked (--no-check) stays missing, never "0 wrong".
     summary["nwrong"] = wrong.groupby(level=0).sum(min_count=1)
-    keys = frame[SUMMARY_KEYS].iloc[first].set_axis(np.arange(len(first)))
-    summary = pd.concat([keys, summary.set_axis(np.arange(len(first)))], axis=1)
+    summary = pd.concat([keys, summary.set_axis(keys.index)], axis=1)
     summary["algbw_gbps"] = summary["size_bytes"] / summary["time_us"] / 1e3
     pairs = zip(summary["op"], summary["world_size"], strict=True)
     factors = [bus_factor(op, n) for op, n in pairs]

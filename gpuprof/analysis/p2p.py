@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis import RunTables, require_columns
+from gpuprof.analysis import RunTables, grouped, require_columns, slowest_iterations
 from gpuprof.machine.topology import normalize_bus_id
 
 FLAG_BELOW = 0.70
@@ -60,10 +60,12 @@ def flag_outliers(summary: pd.DataFrame) -> pd.DataFrame:
 def summarize_p2p(frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
     """One row per pair and mode: time, bandwidth or latency, link class, outlier flag."""
     require_columns(frame, [*_PAIR, "rank", "host", "iteration", "time_us", "nwrong"], "p2p")
-    slowest = frame.groupby([*_PAIR, "iteration"])["time_us"].max().groupby(_PAIR)
-    summary = pd.DataFrame({"time_us": slowest.median(), "num_iterations": slowest.size()})
-    summary["nwrong"] = frame.groupby(_PAIR)["nwrong"].sum()
-    summary = summary.reset_index()
+    pair, summary = grouped(frame, _PAIR)
+    slowest = slowest_iterations(frame, pair)
+    summary["time_us"] = slowest.median().to_numpy()
+    summary["num_iterations"] = slowest.size().to_numpy()
+    summary["nwrong"] = pd.Series(frame["nwrong"].to_numpy()).groupby(pair).sum().to_numpy()
+    summary = summary.sort_values(_PAIR).reset_index(drop=True)
     latency = summary["mode"] == "latency"
     summary["bw_gbps"] = (summary["size_bytes"] / summary["time_us"] / 1e3).where(~latency)
     summary["latency_us"] = (summary["time_us"] / 2).where(latency)

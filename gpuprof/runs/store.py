@@ -29,7 +29,7 @@ from gpuprof.runs.records import (
     iter_run_records,
     warn,
 )
-from gpuprof.runs.tables import build_tables, case_key, incomplete_cases
+from gpuprof.runs.tables import build_tables, case_key, incomplete_cases, read_parquet
 
 RUN_JSON = "run.json"
 PLAN_JSON = "plan.json"
@@ -371,7 +371,7 @@ class Run:
     def _read_parquet(self, name: str) -> pd.DataFrame:
         path = self.path / f"{name}.parquet"
         try:
-            return pd.read_parquet(path)
+            return read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise GpuprofError(
                 f"cannot read {path}: {exc}",

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
+import pyarrow.parquet as pq
 
 from gpuprof.runs.records import iter_run_records, read_jsonl
 
@@ -165,17 +167,77 @@ def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def read_parquet(path: Path) -> pd.DataFrame:
+    """A table written by `consolidate`, as pandas reads it, each text column in one piece:
+    read dictionary-encoded (as parquet stores it: half the time of reading the text) and
+    decoded once. Read as pandas does, a text column of tens of millions of rows arrives in
+    a hundred chunks, and every later selection of rows from it (a filter, the first row of
+    each group) first joins them: a copy of the whole column each time."""
+    schema = pq.read_schema(path)
+    strings = (pa.types.is_string, pa.types.is_large_string)
+    text = [f.name for f in schema if any(is_text(f.type) for is_text in strings)]
+    table = pq.read_table(path, read_dictionary=text)
+    for name in text:
+        index = table.schema.get_field_index(name)
+        field = schema.field(name)
+        encoded = table.column(index).combine_chunks()  # the chunks' dictionaries unified
+        decoded = encoded.dictionary.take(encoded.indices).cast(field.type)
+        table = table.set_column(index, field, pa.chunked_array([decoded]))
+    return table.to_pandas()
+
+
 def group_codes(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
-    """One integer per row, the same for rows that agree on every key (a group's number):
-    each column factorized once and the codes combined, where a groupby on the columns
-    themselves factorizes them again for every aggregation (tens of millions of rows at
-    1,024 ranks)."""
-    codes = np.zeros(len(frame), dtype=np.int64)
+    """One integer per row, the same for rows that agree on every key (a group's number, in
+    order of first appearance): each column factorized once and the codes combined, where a
+    groupby on the columns themselves factorizes them again for every aggregation (tens of
+    millions of rows at 1,024 ranks). A case record's rows lie together in a table, so the
+    rows are first cut into runs of equal keys (each row against the one before: no hashing)
+    and only each run's first row is factorized."""
+    n = len(frame)
+    change = np.ones(n, dtype=bool)
+    if n > 1:
+        change[1:] = False
+        for key in keys:
+            change[1:] |= _differs_from_previous(frame[key])
+    codes = np.zeros(int(change.sum()), dtype=np.int64)
     for key in keys:
-        column, uniques = pd.factorize(frame[key], use_na_sentinel=False)
+        column, uniques = pd.factorize(_rows(frame[key], change), use_na_sentinel=False)
         codes = codes * max(1, len(uniques)) + column
         codes = pd.factorize(codes)[0]  # renumber: the product never overflows
-    return codes
+    return np.repeat(codes, np.diff(np.append(np.flatnonzero(change), n)))
+
+
+def _arrow(column: pd.Series) -> pa.ChunkedArray | pa.Array | None:
+    """A column's arrow data as pandas holds it (no copy), or None for numpy-backed ones."""
+    if isinstance(column.dtype, pd.StringDtype | pd.ArrowDtype):
+        try:
+            return pa.array(column.array)
+        except (pa.ArrowInvalid, TypeError):  # python-backed strings: numpy's way
+            return None
+    return None
+
+
+def _differs_from_previous(column: pd.Series) -> np.ndarray:
+    """Row i + 1 against row i (n - 1 flags); a missing value counts as a change (which only
+    splits a run: equal keys still get one code)."""
+    values = _arrow(column)
+    if values is not None:
+        differs = pc.not_equal(values[1:], values[:-1]).fill_null(True)
+        return differs.to_numpy(zero_copy_only=False)
+    plain = column.to_numpy()
+    try:
+        return np.asarray(plain[1:] != plain[:-1], dtype=bool)
+    except (TypeError, ValueError):  # pd.NA's comparisons are NA: every row its own run
+        return np.ones(len(plain) - 1, dtype=bool)
+
+
+def _rows(column: pd.Series, mask: np.ndarray) -> pd.Series | np.ndarray:
+    """The rows of `mask`: arrow data filtered chunk by chunk (arrow's take on a chunked
+    string column first joins its chunks: the whole column copied)."""
+    values = _arrow(column)
+    if values is not None:
+        return pd.Series(values.filter(pa.array(mask)).to_pandas())
+    return column.to_numpy()[mask]
 
 
 def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
