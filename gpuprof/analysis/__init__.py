@@ -48,7 +48,7 @@ def grouped(
     return codes, frame[shown or keys].iloc[first].set_axis(np.arange(len(first)))
 
 
-def slowest_iterations(frame: pd.DataFrame, codes: np.ndarray) -> SeriesGroupBy:
+def slowest_iterations(frame: pd.DataFrame, codes: np.ndarray) -> SeriesGroupBy[Any, Any]:
     """Each group's iterations as its slowest rank timed them (the time every rank waited
     for), grouped by group number: `.median()` is one value per group, in number order."""
     iteration = frame["iteration"].to_numpy(np.int64)

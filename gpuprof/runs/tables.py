@@ -183,7 +183,8 @@ def read_parquet(path: Path) -> pd.DataFrame:
         encoded = table.column(index).combine_chunks()  # the chunks' dictionaries unified
         decoded = encoded.dictionary.take(encoded.indices).cast(field.type)
         table = table.set_column(index, field, pa.chunked_array([decoded]))
-    return table.to_pandas()
+    frame: pd.DataFrame = table.to_pandas()
+    return frame
 
 
 def group_codes(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
@@ -223,7 +224,8 @@ def _differs_from_previous(column: pd.Series) -> np.ndarray:
     values = _arrow(column)
     if values is not None:
         differs = pc.not_equal(values[1:], values[:-1]).fill_null(True)
-        return differs.to_numpy(zero_copy_only=False)
+        flags: np.ndarray = differs.to_numpy(zero_copy_only=False)
+        return flags
     plain = column.to_numpy()
     try:
         return np.asarray(plain[1:] != plain[:-1], dtype=bool)
@@ -237,7 +239,8 @@ def _rows(column: pd.Series, mask: np.ndarray) -> pd.Series | np.ndarray:
     values = _arrow(column)
     if values is not None:
         return pd.Series(values.filter(pa.array(mask)).to_pandas())
-    return column.to_numpy()[mask]
+    rows: np.ndarray = column.to_numpy()[mask]
+    return rows
 
 
 def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
