@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpuprof import open_run
-from gpuprof.analysis.health import attribute, case_windows, node_series
+from gpuprof.analysis.health import attribute, case_windows, node_series, nodes_series
 from gpuprof.machine.clocks import decode_reasons
 from gpuprof.machine.fake_nvml import FakeNVML
 from gpuprof.telemetry import sampler
@@ -213,6 +213,31 @@ def test_node_series_decimates() -> None:
     series = node_series(frame, "h", max_points=5)
     assert len(series) == 5 and series["throttled"].tolist()[-1]
     assert "network_gbps" in series.columns and "gpu_util_pct" in series.columns
+
+
+def test_nodes_series_keeps_each_node_to_what_it_measured() -> None:
+    """Every node aggregated at once: per node and sample time the CPU mean, GPU power summed
+    over the node's GPUs, NIC throughput summed over NICs and directions; a node without GPU
+    samples has no GPU series (not zeros borrowed from another node), and a node that samples
+    at other times keeps its own times."""
+    rows = []
+    for t in range(4):
+        rows += [
+            {"host": "a", "t_ns": t, "source": "host", "cpu_pct": 10.0 * t},
+            {"host": "a", "t_ns": t, "source": "gpu0", "power_w": 100.0, "throttled": t == 3},
+            {"host": "a", "t_ns": t, "source": "gpu1", "power_w": 50.0, "throttled": False},
+            {"host": "a", "t_ns": t, "source": "nic:eth0", "tx_gbps": 1.0, "rx_gbps": 2.0},
+            {"host": "b", "t_ns": 10 + t, "source": "host", "cpu_pct": 50.0},
+            {"host": "b", "t_ns": 10 + t, "source": "nic:lo", "tx_gbps": 9.0, "rx_gbps": 9.0},
+        ]
+    series = nodes_series(pd.DataFrame(rows))
+    a, b = series["a"], series["b"]
+    assert a["t_ns"].tolist() == [0, 1, 2, 3] and b["t_ns"].tolist() == [10, 11, 12, 13]
+    assert a["cpu_pct"].tolist() == [0.0, 10.0, 20.0, 30.0] and b["cpu_pct"].eq(50).all()
+    assert a["power_w"].eq(150).all() and a["network_gbps"].eq(3).all()
+    assert a["throttled"].tolist() == [False, False, False, True]
+    assert {"power_w", "throttled", "network_gbps"}.isdisjoint(b.columns)  # lo is no network
+    pd.testing.assert_frame_equal(node_series(pd.DataFrame(rows), "b"), b)
 
 
 def test_sweep_records_telemetry_at_10_hz(tmp_path: Path, gp: Gp) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis.health import node_series, probe_spans
+from gpuprof.analysis.health import nodes_series, probe_spans
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.figures_telemetry import node_figure
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed
@@ -81,10 +81,7 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
         return []
     telemetry = analyzed.run.table("telemetry")
     spans = probe_spans(analyzed.timed_tables())
-    series = {
-        str(host): node_series(rows, str(host))
-        for host, rows in telemetry.groupby(telemetry["host"].astype(str), sort=True)
-    }
+    series = nodes_series(telemetry)
     shown = standing_out(series)
     figures = [embed(node_figure(series[host], spans, host)) for host in shown]
     blocks: list[Any] = [Note(text=NOTE)]
