@@ -769,3 +769,60 @@ def test_a_baseline_from_before_concurrency_meets_the_alone_cases(tmp_path: Path
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     assert set(read_baseline(old).measured.values["key"]) == set(side.measured.values["key"])
+
+
+def test_undecided_cases_exit_4_unless_passed_knowingly() -> None:
+    """Inconclusive is its own outcome: exit 4 where nothing failed, 0 only when asked (and
+    said); a failure (1) or a run that could not measure (3) keeps its code."""
+    base = synthetic(CASES, runs=5, seed=1)
+    table = compare(base, synthetic(CASES, runs=1, seed=3, scale={"noisy": 1.2}))
+    assert verdict_of(table, "noisy") == "inconclusive"
+    assert not table["verdict"].isin(["regression", "improvement"]).any()
+    code, notes = verdicts.undecided_exit(table, 0, "error")
+    assert code == verdicts.UNDECIDED_EXIT == 4 and "noisy" in notes[0] and "exit 4" in notes[0]
+    code, notes = verdicts.undecided_exit(table, 0, "pass")
+    assert code == 0 and "--on-inconclusive pass" in notes[0]
+    assert verdicts.undecided_exit(table, 1, "error") == (1, [])
+    assert verdicts.undecided_exit(table, 3, "error") == (3, [])
+    decided = table[table["verdict"] != "inconclusive"]
+    assert verdicts.undecided_exit(decided, 0, "error") == (0, [])
+
+    root = ET.fromstring(verdicts.junit(table, "gpuprof check", []))
+    errored = [c.get("name") for c in root.iter("testcase") if c.find("error") is not None]
+    assert errored == ["noisy [time_us]"] and root.get("errors") == "1"
+    assert root.get("failures") == "0" and root.get("skipped") == "0"
+    root = ET.fromstring(verdicts.junit(table, "gpuprof check", [], on_inconclusive="pass"))
+    skipped = [c.get("name") for c in root.iter("testcase") if c.find("skipped") is not None]
+    assert skipped == ["noisy [time_us]"] and root.get("errors") == "0"
+    assert root.get("skipped") == "1"
+
+
+def test_check_exits_4_on_an_undecided_case(
+    tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command: a stored check whose only moved case cannot be told from its noise exits
+    4 and says so (terminal, JSON and JUnit); --on-inconclusive pass exits 0, saying so."""
+    from gpuprof.gate import baseline, sides
+    from gpuprof.runs import store
+
+    complete = [{"status": "complete"}]
+    base = Side(label="base", measured=synthetic(CASES, 5, 1), fingerprint=FP, runs=complete)
+    cand = synthetic(CASES, runs=1, seed=3, scale={"noisy": 1.2})
+    monkeypatch.setattr(baseline, "open_side", lambda spec, out: base)
+    monkeypatch.setattr(store, "open_run", lambda spec, out: spec)
+    monkeypatch.setattr(
+        sides,
+        "side_of_runs",
+        lambda runs: Side(label="cand", measured=cand, fingerprint=FP, runs=complete),
+    )
+    junit = tmp_path / "check.xml"
+    args = ["check", "--baseline", "b.json", "--run", "r", "--junit", str(junit)]
+    result = gp(*args)
+    assert result.code == 4, result.out
+    assert "could not decide (exit 4)" in result.out and "noisy" in result.out
+    assert ET.parse(junit).getroot().get("errors") == "1"
+    as_json = json.loads(gp(*args, "--format", "json").out)
+    assert as_json["exit_code"] == 4 and any("exit 4" in n for n in as_json["notes"])
+    passed = gp(*args, "--on-inconclusive", "pass")
+    assert passed.code == 0 and "passed, as --on-inconclusive pass asks" in passed.out
+    assert ET.parse(junit).getroot().get("skipped") == "1"

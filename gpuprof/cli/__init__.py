@@ -1,8 +1,9 @@
 """The `gpuprof` command: a thin click layer that parses, calls one library function, and maps
-errors to exit codes (0 ok, 1 failure, 2 usage, 3 could not measure). One module per command
-group: `measure` (sweep, run), `read` (show, report, consolidate), `export`, `check`, `gate`
-(baseline, compare, trend), `predict`, `env`; `options` holds the options they share. Heavy
-modules (torch, plotly, pandas) are imported inside the commands that need them.
+errors to exit codes (0 ok, 1 failure, 2 usage, 3 could not measure; `check`: 4 undecided).
+One module per command group: `measure` (sweep, run), `read` (show, report, consolidate),
+`export`, `check`, `gate` (baseline, compare, trend), `predict`, `env`; `options` holds the
+options they share. Heavy modules (torch, plotly, pandas) are imported inside the commands
+that need them.
 
 May import every other stage; nothing imports it (the console script and `python -m gpuprof`
 start here)."""
@@ -68,7 +69,8 @@ def renamed(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured.
+    """Console entry point: one-line errors; exit 0 ok, 1 failure, 2 usage, 3 not measured
+    (`check`: 4 undecided).
     `--debug` (anywhere on the line) adds the traceback and keeps the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args

@@ -6,7 +6,9 @@
   in alternating fresh launches until every case is decided.
 
 Verdicts, formats and exit codes are the same: 0 pass, 1 regression or a failing case, 2 usage
-or environment mismatch, 3 could not measure. pandas and scipy load inside the command.
+or environment mismatch, 3 could not measure, 4 could not decide some case (and nothing failed;
+`--on-inconclusive pass` makes that a pass, said in the output). pandas and scipy load inside
+the command.
 """
 
 from __future__ import annotations
@@ -111,13 +113,20 @@ from gpuprof.runs.plan import DEVICES, SUITES
 @click.option(
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
 )
+@click.option(
+    "--on-inconclusive",
+    type=click.Choice(["error", "pass"]),
+    default="error",
+    show_default=True,
+    help="a case the check could not decide: exit 4 and a JUnit error, or pass (skipped)",
+)
 @click.option("--junit", "junit_file", type=click.Path(), help="write JUnit XML here")
 @click.option("--markdown", "markdown_file", type=click.Path(), help="write Markdown here")
 @out_option
 def check(baseline_spec: str | None, run_specs: tuple[str, ...], **kw: Any) -> int:
     """Check for regressions: against a stored baseline, or A/B against a reference measured in
     the same window. Exit 0 pass, 1 regression or wrong results, 2 usage or environment
-    mismatch, 3 could not measure.
+    mismatch, 3 could not measure, 4 could not decide some case (nothing failed).
 
     Examples: gpuprof check --baseline baseline.json --junit check.xml;
     gpuprof check --reference-python ../main/.venv/bin/python --suite ci
@@ -285,6 +294,10 @@ def _say(
     from gpuprof.gate import verdicts
     from gpuprof.gate.check import step_summary_path
 
+    code, undecided = verdicts.undecided_exit(table, code, kw["on_inconclusive"])
+    notes = notes + undecided
+    if code == verdicts.UNDECIDED_EXIT:
+        summary = f"{summary}: could not decide (exit {code})"
     if kw["fmt"] == "json":
         click.echo(
             verdicts.as_json(table, {**meta, "exit_code": code, "summary": summary, "notes": notes})
@@ -293,7 +306,7 @@ def _say(
         click.echo(verdicts.terminal(table, title, notes, summary))
     junit_file, markdown_file = outputs
     if junit_file is not None:
-        junit_file.write_text(verdicts.junit(table, "gpuprof check", notes))
+        junit_file.write_text(verdicts.junit(table, "gpuprof check", notes, kw["on_inconclusive"]))
     text = verdicts.markdown(table, title, notes, summary)
     if markdown_file is not None:
         markdown_file.write_text(text)

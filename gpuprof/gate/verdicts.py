@@ -29,11 +29,38 @@ EXPLAIN = {
     "untrusted": "a GPU was slowed (hardware or thermal slowdown, power brake, or a clock under "
     "half its applications clock) during the candidate's case, not the baseline's",
     "missing": "the baseline has this case, the candidate does not",
-    "inconclusive": "moved beyond the minimum effect, but not beyond the noise",
+    "inconclusive": "undecided: the evidence measured could not tell its change from the "
+    "noise, within the minimum effect or beyond it",
     "improvement": "better beyond its threshold, and significant",
     "new": "only the candidate has this case",
     "same": "within the minimum effect",
 }
+
+
+UNDECIDED_EXIT = 4  # a check that could not decide some case: neither a pass nor a failure
+ON_INCONCLUSIVE = ("error", "pass")
+
+
+def undecided_exit(table: pd.DataFrame, code: int, on_inconclusive: str) -> tuple[int, list[str]]:
+    """The check's exit code once its undecided case-metrics are counted, and a note naming
+    them: UNDECIDED_EXIT where every decided case passed but some ended "inconclusive"
+    (moved beyond the minimum effect without the evidence to call it), 0 with
+    `on_inconclusive="pass"`. A failure (1) or a run that could not measure (3) stays."""
+    if code != 0 or table.empty:
+        return code, []
+    undecided = table[table["verdict"] == "inconclusive"]
+    if undecided.empty:
+        return code, []
+    cases = sorted(set(undecided["case"].astype(str)))
+    named = ", ".join(cases[:5]) + (f" and {len(cases) - 5} more" if len(cases) > 5 else "")
+    what = f"{len(undecided)} case-metric(s) undecided ({named})"
+    if on_inconclusive == "pass":
+        return 0, [f"{what}: passed, as --on-inconclusive pass asks"]
+    return UNDECIDED_EXIT, [
+        f"{what}: the check could not decide them, exit {UNDECIDED_EXIT} (not a pass); measure "
+        "more (A/B: --max-pairs; against a baseline: --repeats, or a baseline of more runs) or "
+        "pass them knowingly with --on-inconclusive pass"
+    ]
 
 
 def _number(value: Any) -> str:
@@ -101,12 +128,20 @@ def as_json(table: pd.DataFrame, meta: dict[str, Any]) -> str:
     return json.dumps({**meta, "cases": records}, indent=1)
 
 
-def junit(table: pd.DataFrame, name: str, notes: list[str]) -> str:
+def junit(table: pd.DataFrame, name: str, notes: list[str], on_inconclusive: str = "error") -> str:
     """JUnit XML: one testcase per case and metric; failing verdicts are failures with the
-    numbers in the message and as properties; inconclusive ones are passed with a note."""
+    numbers in the message and as properties; inconclusive ones are errors (the check could
+    not decide them), or skipped with `on_inconclusive="pass"`: never a silent pass."""
     failures = int(table["verdict"].isin(FAILING).sum()) if len(table) else 0
+    undecided = int((table["verdict"] == "inconclusive").sum()) if len(table) else 0
+    errors = undecided if on_inconclusive == "error" else 0
     suite = ET.Element(
-        "testsuite", name=name, tests=str(len(table)), failures=str(failures), errors="0"
+        "testsuite",
+        name=name,
+        tests=str(len(table)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(undecided - errors),
     )
     if notes:
         props = ET.SubElement(suite, "properties")
@@ -126,6 +161,10 @@ def junit(table: pd.DataFrame, name: str, notes: list[str]) -> str:
         if rec["verdict"] in FAILING:
             failure = ET.SubElement(case, "failure", message=message, type=rec["verdict"])
             failure.text = f"{message}\n{EXPLAIN[rec['verdict']]}"
+        elif rec["verdict"] == "inconclusive":
+            kind = "error" if on_inconclusive == "error" else "skipped"
+            element = ET.SubElement(case, kind, message=message, type="inconclusive")
+            element.text = f"{message}\n{EXPLAIN['inconclusive']}"
         elif rec["verdict"] != "same":
             ET.SubElement(case, "system-out").text = message
     ET.indent(suite)
