@@ -103,6 +103,41 @@ def test_round_trip_one_row_per_iteration_per_rank(tmp_path: Path) -> None:
     assert open_run(run_dir).info["status"] == "complete"
 
 
+def test_a_table_in_memory_and_as_parquet_reads_the_same(tmp_path: Path) -> None:
+    """Records whose values differ in kind (text, missing text, a flag missing in one, a
+    number missing in one, a list, a column only later records have) give the same frame
+    from the shards, from the parquet file and from pandas' own reader (text as text, not
+    categories), each record's values on each of its iterations."""
+    run_dir = create_run_dir(tmp_path, "t")
+    update_run_json(run_dir, run_id=run_dir.name, status="complete")
+    writer = ShardWriter(shard_path(run_dir, 0))
+    kinds = [
+        {"variant": "a", "flag": True, "n": 1, "stages": [0, 1]},
+        {"variant": None, "flag": None, "n": None, "stages": [2]},
+        {"variant": "b", "flag": False, "n": 3, "stages": [], "later": "x"},
+    ]
+    for i, params in enumerate(kinds):
+        writer.write(
+            CaseRecord(
+                probe="memory", case_id=f"c{i}", where=_where(0), params=params,
+                times_us=[float(i)] * (i + 1), results={"nwrong": 0},
+            ).to_dict()
+        )  # fmt: skip
+    writer.close()
+    in_memory = open_run(run_dir).table("memory")
+    consolidate(run_dir)
+    from_parquet = open_run(run_dir).table("memory")
+    pd.testing.assert_frame_equal(from_parquet, pd.read_parquet(run_dir / "memory.parquet"))
+    pd.testing.assert_frame_equal(in_memory, from_parquet)
+    assert from_parquet["case_id"].tolist() == ["c0", "c1", "c1", "c2", "c2", "c2"]
+    assert from_parquet["variant"].isna().tolist() == [False, True, True, False, False, False]
+    assert from_parquet["flag"].tolist() == [True, None, None, False, False, False]
+    assert from_parquet["n"].iloc[[0, 3]].tolist() == [1.0, 3.0] and from_parquet["n"].isna()[1]
+    assert from_parquet["later"].isna().sum() == 3 and from_parquet["later"].iloc[-1] == "x"
+    assert [list(v) for v in from_parquet["stages"]] == [[0, 1], [2], [2], [], [], []]
+    assert not isinstance(from_parquet["case_id"].dtype, pd.CategoricalDtype)
+
+
 def _snapshot(run_dir: Path) -> dict[str, tuple[int, int]]:
     return {
         str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)

@@ -4,6 +4,7 @@ run ends (`consolidate`)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,11 +48,12 @@ def _latest_cases(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
-def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pa.Table]:
     """Expand case records into one row per iteration, grouped by probe. A record's own
-    values are kept once per record and repeated over its iterations by numpy (a run of
+    values are kept once per record and repeated over its iterations by arrow (a run of
     1,024 ranks has tens of millions of iterations: a Python value per row and column took
-    most of its consolidation)."""
+    most of its consolidation), text as a dictionary: each record's value once, its rows
+    pointing at it (parquet stores text so; encoding 22 M strings again took 17 s)."""
     per_probe: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for rec in _latest_cases(records):
         per_probe[rec["probe"]].append(rec)
@@ -70,7 +72,7 @@ def _own(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _expand(records: list[dict[str, Any]]) -> pd.DataFrame:
+def _expand(records: list[dict[str, Any]]) -> pa.Table:
     """One probe's case records as rows, one per iteration: the first record's own columns,
     the iteration and its time, the columns later records added, then the per-iteration
     series."""
@@ -92,18 +94,28 @@ def _expand(records: list[dict[str, Any]]) -> pd.DataFrame:
             num, got = int(counts[i]), (rec.get("series") or {}).get(key) or []
             column.append([got[j] if j < len(got) else None for j in range(num)])
 
-    def repeated(key: str) -> pd.Series:
-        # each record's value inferred once (n records), then repeated for its iterations
-        per_record = pd.Series(values[key]).repeat(counts)  # type: ignore[arg-type]
-        return per_record.reset_index(drop=True)
+    rows = pa.array(np.repeat(np.arange(len(records)), counts))  # each row's record
+
+    def repeated(key: str) -> pa.Array:
+        per_record = pa.array(values[key])  # a type error as pandas' parquet writer gave it
+        if pa.types.is_string(per_record.type):
+            text = per_record.dictionary_encode()
+            indices = np.repeat(text.indices.fill_null(0).to_numpy(), counts)
+            missing = per_record.is_null().to_numpy(zero_copy_only=False)
+            mask = np.repeat(missing, counts) if missing.any() else None
+            return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), text.dictionary)
+        if per_record.null_count == 0 and pa.types.is_primitive(per_record.type):
+            plain = per_record.to_numpy(zero_copy_only=False)
+            return pa.array(np.repeat(plain, counts), type=per_record.type)
+        return per_record.take(rows)  # missing values, lists, ...
 
     names, first = list(values), len(_own(records[0]))
-    columns: dict[str, Any] = {k: repeated(k) for k in names[:first]}
-    columns.update(_iterations(records, counts))
+    columns: dict[str, pa.Array] = {k: repeated(k) for k in names[:first]}
+    columns.update({k: pa.array(v) for k, v in _iterations(records, counts).items()})
     columns.update({k: repeated(k) for k in names[first:]})
     for key, per_record in series.items():
-        columns[key] = pd.Series([v for chunk in per_record for v in chunk])
-    return pd.DataFrame(columns)
+        columns[key] = pa.array([v for chunk in per_record for v in chunk])
+    return pa.table(columns)
 
 
 def _iterations(records: list[dict[str, Any]], counts: np.ndarray) -> dict[str, np.ndarray]:
@@ -132,8 +144,18 @@ def _timeline_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]
 def build_tables(run_dir: Path) -> dict[str, pd.DataFrame]:
     """The run's tables from its shards, in memory: `<probe>` (and `<probe>_timeline`) from
     the rank shards, `telemetry` from the nodes' samples. Writes nothing."""
+    return {
+        name: as_pandas(table) if isinstance(table, pa.Table) else table
+        for name, table in _tables(run_dir).items()
+    }
+
+
+def _tables(run_dir: Path) -> dict[str, pa.Table | pd.DataFrame]:
     records = list(iter_run_records(run_dir))  # read the shards once
-    tables = {**_case_rows(records), **_timeline_rows(records)}
+    tables: dict[str, pa.Table | pd.DataFrame] = {
+        **_case_rows(records),
+        **_timeline_rows(records),
+    }
     telemetry = read_telemetry(run_dir)
     if telemetry is not None:
         tables["telemetry"] = telemetry
@@ -141,11 +163,16 @@ def build_tables(run_dir: Path) -> dict[str, pd.DataFrame]:
 
 
 def consolidate(run_dir: Path) -> dict[str, Path]:
-    """Write the run's tables as `<table>.parquet` (when the run ends; safe to run again)."""
+    """Write the run's tables as `<table>.parquet` (when the run ends; safe to run again).
+    Text columns built as dictionaries are written as parquet's own dictionary pages, their
+    type plain text (no arrow schema stored: a reader gets strings, not categories)."""
     written = {}
-    for name, frame in build_tables(run_dir).items():
+    for name, table in _tables(run_dir).items():
         path = run_dir / f"{name}.parquet"
-        frame.to_parquet(path, index=False)
+        if isinstance(table, pa.Table):
+            pq.write_table(table, path, store_schema=False)
+        else:
+            table.to_parquet(path, index=False)
         written[name] = path
     return written
 
@@ -159,12 +186,27 @@ def read_telemetry(run_dir: Path) -> pd.DataFrame | None:
     for path in sorted((run_dir / "telemetry").glob("node-*.jsonl")):
         try:
             frame = pa_json.read_json(path).to_pandas()
+            # its threads order the columns as they meet them: the file's own order instead
+            seen = _keys_seen(path)
+            frame = frame[[c for c in seen if c in frame] + sorted(set(frame) - set(seen))]
         except (pa.ArrowInvalid, OSError):
             rows = list(read_jsonl(path))
             frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame()
         if len(frame):
             frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _keys_seen(path: Path, lines: int = 1000) -> list[str]:
+    """The keys of a JSONL file's first lines, in the order they first appear."""
+    seen: dict[str, None] = {}
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for _, line in zip(range(lines), handle, strict=False):
+            try:
+                seen.update(dict.fromkeys(json.loads(line)))
+            except (json.JSONDecodeError, TypeError):
+                continue
+    return list(seen)
 
 
 def read_parquet(path: Path) -> pd.DataFrame:
@@ -176,12 +218,22 @@ def read_parquet(path: Path) -> pd.DataFrame:
     schema = pq.read_schema(path)
     strings = (pa.types.is_string, pa.types.is_large_string)
     text = [f.name for f in schema if any(is_text(f.type) for is_text in strings)]
-    table = pq.read_table(path, read_dictionary=text)
-    for name in text:
-        index = table.schema.get_field_index(name)
-        field = schema.field(name)
+    return as_pandas(pq.read_table(path, read_dictionary=text), schema)
+
+
+def as_pandas(table: pa.Table, schema: pa.Schema | None = None) -> pd.DataFrame:
+    """An arrow table as pandas, its dictionary columns decoded into one piece each (to the
+    type `schema` gives, else the dictionary's)."""
+    for index, field in enumerate(table.schema):
+        if not pa.types.is_dictionary(field.type):
+            continue
         encoded = table.column(index).combine_chunks()  # the chunks' dictionaries unified
-        decoded = encoded.dictionary.take(encoded.indices).cast(field.type)
+        decoded = encoded.dictionary.take(encoded.indices)
+        if schema is not None:
+            field = schema.field(field.name)
+            decoded = decoded.cast(field.type)
+        else:
+            field = pa.field(field.name, decoded.type)
         table = table.set_column(index, field, pa.chunked_array([decoded]))
     frame: pd.DataFrame = table.to_pandas()
     return frame
