@@ -222,19 +222,20 @@ def read_parquet(path: Path) -> pd.DataFrame:
 
 
 def as_pandas(table: pa.Table, schema: pa.Schema | None = None) -> pd.DataFrame:
-    """An arrow table as pandas, its dictionary columns decoded into one piece each (to the
-    type `schema` gives, else the dictionary's)."""
+    """An arrow table as pandas, its dictionary columns decoded into one piece each: text as
+    pandas holds it (large_string: decoded to another type, pandas would convert it again),
+    anything else to the type `schema` gives, else the dictionary's."""
     for index, field in enumerate(table.schema):
         if not pa.types.is_dictionary(field.type):
             continue
         encoded = table.column(index).combine_chunks()  # the chunks' dictionaries unified
-        decoded = encoded.dictionary.take(encoded.indices)
-        if schema is not None:
-            field = schema.field(field.name)
-            decoded = decoded.cast(field.type)
-        else:
-            field = pa.field(field.name, decoded.type)
-        table = table.set_column(index, field, pa.chunked_array([decoded]))
+        values = encoded.dictionary
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            values = values.cast(pa.large_string())
+        elif schema is not None:
+            values = values.cast(schema.field(field.name).type)
+        decoded = values.take(encoded.indices)
+        table = table.set_column(index, pa.field(field.name, decoded.type), [decoded])
     frame: pd.DataFrame = table.to_pandas()
     return frame
 
