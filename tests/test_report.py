@@ -143,3 +143,34 @@ def test_a_report_of_many_nodes_keeps_to_what_a_reader_can_take_in() -> None:
     assert standing_out(series)[:3] == ["node0", "node9", "node5"]
     assert len(standing_out(series)) == 8
     assert standing_out({k: series[k] for k in list(series)[:4]}) == list(series)[:4]
+
+
+def test_the_report_saves_its_summaries_for_the_commands_that_read_them(
+    two_rank_run: Path, tmp_path: Path, gp: Gp
+) -> None:
+    """The report saves the summaries it computed beside the tables; `show` then prints the
+    same rows from them; a run consolidated again (or another run.json, or other code) makes
+    them stale, and they are computed from the tables again."""
+    import pandas as pd
+
+    from gpuprof.analysis.summary import computed_summary
+    from gpuprof.runs.saved import SUMMARIES_DIR, saved_summary
+
+    run_dir = tmp_path / two_rank_run.name
+    shutil.copytree(two_rank_run, run_dir)
+    shutil.rmtree(run_dir / SUMMARIES_DIR, ignore_errors=True)
+    probes = [t for t in open_run(run_dir).tables() if t in ("collectives", "p2p", "memory")]
+    assert len(probes) == 3
+    fresh = {p: computed_summary(open_run(run_dir), p) for p in probes}
+    assert all(saved_summary(run_dir, p) is None for p in probes)
+    write_report(open_run(run_dir))
+    for probe in probes:
+        saved = saved_summary(run_dir, probe)
+        assert saved is not None
+        pd.testing.assert_frame_equal(saved, fresh[probe])
+    shown = gp("show", str(run_dir), "--table", "collectives", "--format", "csv")
+    assert shown.code == 0 and shown.out == fresh["collectives"].to_csv(index=False)
+    assert gp("consolidate", str(run_dir)).code == 0
+    assert all(saved_summary(run_dir, p) is None for p in probes)  # stale: tables rewritten
+    again = gp("show", str(run_dir), "--table", "collectives", "--format", "csv")
+    assert again.out == shown.out

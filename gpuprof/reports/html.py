@@ -148,14 +148,13 @@ def findings(analyzed: Analyzed) -> list[str]:
 
 def render_report(run: Run) -> str:
     """The report of a run as one HTML string."""
-    return _render(run)[0]
+    return _render(run, Analyzed(run))[0]
 
 
-def _render(run: Run) -> tuple[str, str, list[str]]:
+def _render(run: Run, analyzed: Analyzed) -> tuple[str, str, list[str]]:
     """The report's HTML, its verdict line and its findings."""
     info = run.info
     plan = read_json(run.path / PLAN_JSON) if (run.path / PLAN_JSON).exists() else {}
-    analyzed = Analyzed(run)
     sections = build_sections(analyzed, plan)
     verdict, bad = next(
         (s.verdict for s in sections if s.verdict is not None),
@@ -195,11 +194,15 @@ def write_report(run: Run, path: Path | None = None) -> Path:
 
 
 def write_report_headline(run: Run, path: Path | None = None) -> tuple[Path, str, list[str]]:
-    """Write the report; its path, its verdict line and its findings (for the terminal)."""
+    """Write the report, and the summaries it computed beside the run's tables (`show`,
+    `predict` and the gate read them); its path, its verdict line and its findings (for the
+    terminal)."""
     target = path or run.path / REPORT_NAME
-    html, verdict, found = _render(run)
+    analyzed = Analyzed(run)
+    html, verdict, found = _render(run, analyzed)
     try:
         target.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write the report to {target}: {exc.strerror}") from None
+    analyzed.save_summaries()
     return target, verdict, found
