@@ -1,6 +1,7 @@
 """The data path at scale: a run of --ranks ranks (8 a node) written with the real shard
-writer, then `consolidate`, `show`, `report`, `predict`, `baseline` and `check` timed on it,
-and the report's size.
+writer, then `consolidate`, `report`, `show`, `predict`, `baseline` and `check` timed on it
+(in the order they follow a sweep: the report saves the summaries the others read), and the
+report's size.
 
 The records are a real quick sweep's (2 CPU ranks here, or --run), laid out as the same plan
 runs on the large job: the collectives in every scope group of 128 x 8 ranks (intra at 2, 4
@@ -238,8 +239,10 @@ def main() -> None:
         finish = ("from gpuprof.runs.finish import finish_run; import sys; "
                   "finish_run(__import__('pathlib').Path(sys.argv[1]), 0)")  # fmt: skip
         timed("consolidate (finish the run)", [sys.executable, "-c", finish, str(run_dir)], results)
-        timed("show", [*py, "show", str(run_dir), "--table", "collectives"], results)
         timed("report", [*py, "report", str(run_dir)], results)
+        # as a user's commands follow a sweep (which wrote the report): they read the
+        # summaries the report saved
+        timed("show", [*py, "show", str(run_dir), "--table", "collectives"], results)
         timed("predict", [*py, "predict", str(run_dir), "--nodes", "128,1024"], results)
         if not args.no_gate:
             base = run_dir.parent / "base.json"

@@ -294,9 +294,11 @@ def test_ab_end_to_end_names_the_case_a_candidate_environment_slows(tmp_path: Pa
     # two pairs leave Student's t one degree of freedom (t = 12.7): an interval that wide
     # names nothing unchanged; the slowed side gets three (t = 4.3), as two pairs that
     # disagree by a third on a busy machine leave even a 2x slowdown undecided
+    # (two pairs rarely decide "same" within 15% either: such cases end inconclusive, exit 4)
     same = gp(*common, "--min-pairs", "2", "--max-pairs", "2", "--out", tmp_path / "same")
-    assert same.code == 0, same.err
     data = json.loads(same.out)
+    undecided = [c["case"] for c in data["cases"] if c["verdict"] == "inconclusive"]
+    assert same.code == (4 if undecided else 0), same.err
     assert data["mode"] == "ab" and data["pairs"] == 2
     assert not any(c["verdict"] == "regression" for c in data["cases"])
     assert data["versions"]["reference"] == data["versions"]["candidate"]
