@@ -413,3 +413,63 @@ def test_without_steps_every_kernel_counts(tmp_path: Path) -> None:
     ranks = read_job(tmp_path, jobs=1).ranks
     assert ranks.loc[0, "compute_us"] == pytest.approx(3 * 90.0 + 50.0)
     assert ranks.loc[0, "steps"] == 0
+
+
+TORCH_19 = Path(__file__).parent / "data" / "torch-1.9-resnet50"
+
+
+def _spans_in_steps(path: Path, pattern: str, steps: range) -> float:
+    """The total duration (us) of the trace's events named `pattern...` inside the host spans
+    of ProfilerStep#N for N in `steps`, from the raw JSON (the reference)."""
+    with gzip.open(path, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    spans = {
+        int(str(e["name"]).split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    }
+    return sum(
+        e["dur"]
+        for e in events
+        if str(e.get("name", "")).startswith(pattern)
+        and any(spans[n][0] <= e["ts"] < spans[n][1] for n in steps)
+    )
+
+
+def test_a_torch_1_9_trace_reads_with_its_own_category_names(gp: Gp) -> None:
+    """torch.profiler of June 2021 wrote `Operator`, `Runtime`, `Kernel` and thread ids as
+    text (Kineto's own samples: ResNet-50 on a V100). The data loader under `Operator` is the
+    step's input: with 0 workers it takes 353 ms of the five steps in the window (the trace's
+    own spans, to the microsecond) and the job reads input-bound; with 4 workers, 7 ms, and
+    no finding. Launches under `Runtime` place each kernel in its step."""
+    from gpuprof.traces.reader import read_rank
+
+    loader, window = "enumerate(DataLoader)#", range(5, 10)  # steps 5..10, the last left out
+    for workers, expect_bound in ((0, True), (4, False)):
+        folder = TORCH_19 / f"num_workers_{workers}"
+        path = next(folder.iterdir())
+        tables = read_job(folder, jobs=1)
+        rank = tables.ranks.iloc[0]
+        assert rank["timeline"] == "device" and rank["steps"] == 5
+        assert rank["input_us"] == pytest.approx(_spans_in_steps(path, loader, window))
+        assert len(tables.steps) == 6 and (tables.steps["compute_us"] > 0).all()
+        trace = read_rank(path)
+        assert len(trace.ops) > 10_000 and len(trace.launches) > 10_000 and not trace.unknown
+        assert len({int(t) for t in trace.ops.arrays()[2]} - {-1}) >= 1  # text thread ids
+        said = gp("trace", str(folder))
+        assert said.code == 0
+        assert ("input-bound" in said.out) is expect_bound, said.out
+    assert rank["input_us"] < 0.02 * rank["span_us"]  # 4 workers keep the GPU fed: 1%
+
+
+def test_an_unknown_event_category_is_counted_and_named(tmp_path: Path, gp: Gp) -> None:
+    trace = _gpu_trace(0, "a", 0.0, 0.0)
+    trace["traceEvents"] += [
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "x", "ts": 1.0, "dur": 1.0, "pid": 1},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "y", "ts": 2.0, "dur": 1.0, "pid": 1},
+    ]
+    (tmp_path / "rank-0.json").write_text(json.dumps(trace))
+    assert read_job(tmp_path, jobs=1).info["unknown_categories"] == {"mtia_ccp_events": 2}
+    said = gp("trace", str(tmp_path))
+    named = "categories gpuprof does not read (counted, not analysed): mtia_ccp_events (2)"
+    assert named in said.out

@@ -132,10 +132,19 @@ def verdict(tables: TraceTables) -> str:
         if info["world_size"] and info["world_size"] > info["traces"]
         else ""
     )
+    unknown = info.get("unknown_categories") or {}
+    unread = (
+        " Events of categories gpuprof does not read (counted, not analysed): "
+        + ", ".join(f"{cat} ({n:,})" for cat, n in unknown.items())
+        + "."
+        if unknown
+        else ""
+    )
     return (
         f"Read {info['traces']} rank trace(s){partial} ({info['events']:,} events, "
         f"{info.get('backend') or 'unknown'} backend, {info['timeline']} timeline), "
         f"{steps} step(s) analysed per rank, {len(tables.collectives)} collective(s) matched."
+        f"{unread}"
     )
 
 

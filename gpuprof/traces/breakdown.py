@@ -106,7 +106,9 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
             row = device.parts(mask, clip(inputs, lo, hi))
             if row:
                 rows.append({"step": number, **row})
-        total = device.parts(device.in_window(before), inputs)
+        # the data loader's time in the window's steps (the last step's is outside it)
+        window = clip(inputs, steps[0][1], before) if steps else inputs
+        total = device.parts(device.in_window(before), window)
         timeline = "device"
     else:
         op_start, op_end, _, _ = trace.ops.arrays()

@@ -38,6 +38,7 @@ class RankResult:
     base_ns: int | None
     backend: str | None
     events: int
+    unknown: dict[str, int]  # event categories not read, and how many events each
     steps: list[dict[str, Any]]
     total: dict[str, Any]
     top: list[dict[str, Any]]
@@ -96,6 +97,7 @@ def read_one(path: Path) -> RankResult:
         base_ns=trace.base_ns,
         backend=trace.backend,
         events=trace.events,
+        unknown=trace.unknown,
         steps=steps,
         total=total,
         top=top_ops(trace),
@@ -120,6 +122,14 @@ def _ranks(results: list[RankResult]) -> None:
                 "(give a folder with one trace per rank)"
             )
         seen[res.rank] = res.path
+
+
+def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for count in counts:
+        for key, n in count.items():
+            out[key] = out.get(key, 0) + n
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def read_job(directory: Path, jobs: int | None = None) -> TraceTables:
@@ -163,6 +173,7 @@ def assemble(results: list[RankResult]) -> TraceTables:
         "hosts": sorted({r.host for r in results if r.host}),
         "timeline": results[0].total.get("timeline") if results else None,
         "events": sum(r.events for r in results),
+        "unknown_categories": _summed([r.unknown for r in results]),
         "clock_offsets_us": {str(k): v for k, v in offsets.items() if v},
         "files": [r.path for r in results],
     }

@@ -3,12 +3,19 @@ the events are decoded one at a time and reduced at once to what the analysis ne
 host ops, device activity, collectives), so memory holds compact arrays, never the file.
 
 What each event becomes (the names are those torch.profiler and Kineto write):
-- `ProfilerStep#N` (user_annotation, or cpu_op in old traces): a step of the job.
-- `enumerate(DataLoader)#...` annotations: the step's input pipeline.
-- `cpu_op` events: host work; `c10d::*` ops are communication calls, not compute.
-- `kernel`, `gpu_memcpy`, `gpu_memset` events with a `stream`: device activity, classed by
-  name as Holistic Trace Analysis does: communication (`nccl...`), memory (`Memcpy...`,
-  `Memset...`), compute (every other kernel but syncs).
+- `ProfilerStep#N` (user_annotation, or cpu_op / Operator in older traces): a step of the job.
+- `enumerate(DataLoader)#...` (user_annotation, cpu_op, or Operator as torch 1.8-1.9 wrote
+  it): the step's input pipeline.
+- `cpu_op` events (`Operator` before torch 1.10): host work; `c10d::*` ops are communication
+  calls, not compute.
+- `cuda_runtime`, `cuda_driver`, `hip_runtime` (`Runtime` before torch 1.10): launches.
+- `kernel`, `gpu_memcpy`, `gpu_memset` events with a `stream` (`Kernel`, `Memcpy`, `Memset`
+  before torch 1.10): device activity, classed by name as Holistic Trace Analysis does:
+  communication (`nccl...`), memory (`Memcpy...`, `Memset...`), compute (every other kernel
+  but syncs).
+- Categories of complete events that carry nothing the analysis uses (`python_function`, the
+  profiler's own `Trace` span, `gpu_user_annotation`, `overhead`, `cuda_sync`) are passed
+  over; any other category is counted by name (`RankTrace.unknown`), never silently lost.
 - Collectives: NCCL kernels (with the `Collective name`, `Process Group Name`, `Seq`, message
   size and group size torch copies onto them when it has them) and, on CPU, the `gloo:*`
   annotations of gloo's worker threads, whose span is the transfer including the wait for
@@ -33,7 +40,10 @@ from gpuprof.errors import UsageError
 
 CHUNK = 1 << 20  # characters read at a time
 DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
-LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "Runtime"}
+HOST_OP_CATS = {"cpu_op", "Operator"}
+ANNOTATION_CATS = {"user_annotation", *HOST_OP_CATS}  # where the data loader's span is
+PASSED_OVER = {"python_function", "Trace", "gpu_user_annotation", "overhead", "cuda_sync"}
 STEP = re.compile(r"^ProfilerStep#(\d+)")
 INPUT = re.compile(r"^enumerate\(DataLoader\)#")
 # Holistic Trace Analysis's kernel classes (hta/common/types.py), applied with re.match
@@ -153,6 +163,7 @@ class RankTrace:
     collectives: list[Collective] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     events: int = 0
+    unknown: dict[str, int] = field(default_factory=dict)  # category -> complete events
 
     def name_id(self, name: str, index: dict[str, int]) -> int:
         """The id of a name in `names` (interned)."""
@@ -338,7 +349,7 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
         return
     dur = event.get("dur")
     cat = event.get("cat")
-    if dur is None or cat is None or cat == "python_function":
+    if dur is None or cat is None or cat in PASSED_OVER:
         return
     trace.events += 1
     ts = float(event["ts"])
@@ -359,17 +370,23 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
             trace.launches.append(int(corr), ts)
     elif (step := STEP.match(name)) is not None:
         trace.steps.append((int(step.group(1)), ts, end))
+    elif cat in ANNOTATION_CATS and INPUT.match(name):
+        trace.inputs.append((ts, end))
     elif cat == "user_annotation":
-        if INPUT.match(name):
-            trace.inputs.append((ts, end))
-        elif name.startswith("gloo:"):
+        if name.startswith("gloo:"):
             nbytes = _number_bytes(args.get("Input Dims"), args.get("Input type"))
             trace.collectives.append(Collective(op=op_name(name), start=ts, end=end, nbytes=nbytes))
-    elif cat == "cpu_op":
+    elif cat in HOST_OP_CATS:
         if name.startswith("c10d::"):
             trace.comm_calls.append((ts, end))
         else:
-            tid = event.get("tid")
-            trace.ops.append(
-                ts, end, tid if isinstance(tid, int) else -1, trace.name_id(name, index)
-            )
+            trace.ops.append(ts, end, _thread(event.get("tid")), trace.name_id(name, index))
+    elif cat not in DEVICE_CATS and cat != "user_annotation":
+        trace.unknown[str(cat)] = trace.unknown.get(str(cat), 0) + 1
+
+
+def _thread(tid: Any) -> int:
+    """A thread id as an integer (torch 1.8-1.9 wrote it as a string), -1 when it is none."""
+    if isinstance(tid, int):
+        return tid
+    return int(tid) if isinstance(tid, str) and tid.isdigit() else -1
