@@ -473,3 +473,33 @@ def test_an_unknown_event_category_is_counted_and_named(tmp_path: Path, gp: Gp) 
     said = gp("trace", str(tmp_path))
     named = "categories gpuprof does not read (counted, not analysed): mtia_ccp_events (2)"
     assert named in said.out
+
+
+# The profiler viewer's own overview of the num_workers_0 trace (Kineto's tb_plugin test
+# `tb_plugin/test/result_check_file.txt`, commit 041e7ce99f1562dd81232ee58b7c454ef16bfae2): per
+# step (total, Kernel, Memcpy, Memset, Runtime, DataLoader, CPU Exec, Other), microseconds
+VIEWER_STEPS = {
+    5: (187948, 98598, 1941, 90, 2796, 69317, 14091, 1115),
+    6: (175153, 98570, 1947, 89, 2762, 57669, 12968, 1148),
+    7: (179733, 98596, 1931, 91, 2877, 61257, 13768, 1213),
+    8: (174564, 98623, 1938, 89, 2841, 56453, 13420, 1200),
+    9: (182172, 98504, 1937, 87, 2788, 62690, 15025, 1141),
+    10: (165983, 98641, 1798, 88, 3381, 48185, 12773, 1117),
+}
+
+
+def test_steps_are_the_profiler_viewers_steps() -> None:
+    """A step as users know it: from ProfilerStep#N's start, data loading included, to the end
+    of the device work it launched, never overlapping the next. On Kineto's num_workers_0
+    sample every step's span, kernel time, copies and sets, data loader (while the GPU had
+    nothing to run) and the rest (the host: launches, ops, Python) equal the profiler
+    viewer's own overview to the microsecond."""
+    steps = read_job(TORCH_19 / "num_workers_0", jobs=1).steps.set_index("step")
+    assert sorted(steps.index) == sorted(VIEWER_STEPS)
+    for step, (total, kernel, memcpy, memset, runtime, loader, cpu, other) in VIEWER_STEPS.items():
+        row = steps.loc[step]
+        assert row["span_us"] == pytest.approx(total, abs=1)
+        assert row["compute_us"] + row["exposed_comm_us"] == pytest.approx(kernel, abs=1)
+        assert row["other_us"] == pytest.approx(memcpy + memset, abs=1)
+        assert row["input_us"] == pytest.approx(loader, abs=1)
+        assert row["idle_us"] == pytest.approx(runtime + cpu + other, abs=2)

@@ -32,6 +32,10 @@ METHOD = [
     "stream; compute / communication = the union of compute / NCCL kernels (classed by name); "
     "overlap = their intersection; exposed communication = communication - overlap; idle = "
     "span - the union of all device activity. The data loader's time is the host's, beside it.",
+    "Steps (GPU traces), as the profiler viewer counts them: from ProfilerStep#N's start, data "
+    "loading included, to the end of the device work it launched, never overlapping the next; "
+    "input = the data loader's time while the device had nothing to run, idle = the rest of "
+    "that time (waiting for the host).",
     "Host timeline (CPU traces): the profiler steps' spans; input = the data loader's spans; "
     "compute = host ops outside them (not c10d calls); communication = gloo's worker-thread "
     "collectives and the c10d calls; exposed = communication while neither ran; other = the "

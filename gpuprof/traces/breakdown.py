@@ -81,6 +81,39 @@ class _Device:
         steps), everything, unrecorded launches too (as HTA keeps all events then)."""
         return self.launch < before if np.isfinite(before) else np.ones(self.launch.size, bool)
 
+    def step_spans(self, steps: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+        """The steps as users know them (the profiler viewer's rule): from ProfilerStep#N's
+        start, data loading included, to the end of the device work it launched (or of the
+        host step, if later); a step whose predecessor's work ran into it starts when that
+        work ended, so steps never overlap."""
+        out, before = [], -np.inf
+        for number, lo, hi in steps:
+            launched = (self.launch >= lo) & (self.launch < hi)
+            device_end = float(self.end[launched].max()) if launched.any() else -np.inf
+            start = max(before, lo)
+            end = max(hi, device_end, start)
+            out.append((number, start, end))
+            before = end
+        return out
+
+    def step_parts(self, lo: float, hi: float, host_inputs: Spans) -> dict[str, Any]:
+        """One step's parts over [lo, hi), by time: compute, exposed communication and other
+        device work as in `parts`; of the time the device had nothing to run, input = while
+        the data loader ran on the host, idle = the rest (waiting for the host: Python,
+        launches, host ops). The parts add up to the span."""
+        code = {k: KINDS.index(k) for k in ("computation", "comm")}
+        sets = {
+            k: clip(merge(self.start[self.kind == c], self.end[self.kind == c]), lo, hi)
+            for k, c in code.items()
+        }
+        rest = ~np.isin(self.kind, list(code.values()))
+        other = clip(merge(self.start[rest], self.end[rest]), lo, hi)
+        busy = union(sets["computation"], sets["comm"], other)
+        row = _parts(sets["computation"], sets["comm"], other, EMPTY, hi - lo)
+        row["input_us"] = length(subtract(host_inputs, busy))
+        row["idle_us"] = max(row["idle_us"] - row["input_us"], 0.0)
+        return row
+
     def parts(self, mask: np.ndarray, host_inputs: Spans) -> dict[str, Any]:
         if not mask.any():
             return {}
@@ -101,11 +134,8 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
     rows: list[dict[str, Any]] = []
     if trace.on_device:
         device = _Device(trace)
-        for number, lo, hi in trace.steps:
-            mask = (device.launch >= lo) & (device.launch < hi)
-            row = device.parts(mask, clip(inputs, lo, hi))
-            if row:
-                rows.append({"step": number, **row})
+        for number, lo, hi in device.step_spans(trace.steps):
+            rows.append({"step": number, **device.step_parts(lo, hi, clip(inputs, lo, hi))})
         # the data loader's time in the window's steps (the last step's is outside it)
         window = clip(inputs, steps[0][1], before) if steps else inputs
         total = device.parts(device.in_window(before), window)
