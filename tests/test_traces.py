@@ -459,6 +459,7 @@ def test_a_torch_1_9_trace_reads_with_its_own_category_names(gp: Gp) -> None:
         said = gp("trace", str(folder))
         assert said.code == 0
         assert ("input-bound" in said.out) is expect_bound, said.out
+        assert "torch.compile" not in said.out  # never host-bound: the GPU waits for its input
     assert rank["input_us"] < 0.02 * rank["span_us"]  # 4 workers keep the GPU fed: 1%
 
 
@@ -503,3 +504,12 @@ def test_steps_are_the_profiler_viewers_steps() -> None:
         assert row["other_us"] == pytest.approx(memcpy + memset, abs=1)
         assert row["input_us"] == pytest.approx(loader, abs=1)
         assert row["idle_us"] == pytest.approx(runtime + cpu + other, abs=2)
+    # the finding: the median share of the window's steps (5 to 9) the viewer gives DataLoader
+    shares = sorted(VIEWER_STEPS[n][5] / VIEWER_STEPS[n][0] for n in range(5, 10))
+    from gpuprof.advice.traces import findings
+
+    said = findings(read_job(TORCH_19 / "num_workers_0", jobs=1))
+    assert any(
+        f"input-bound: its GPU waits for the data loader {100 * shares[2]:.0f}% of each step" in f
+        for f in said
+    ), said

@@ -15,6 +15,7 @@ from gpuprof.units import format_size
 EXPOSED_SHARE = 0.10  # exposed communication worth hiding, as a share of the span
 IDLE_SHARE = 0.30  # a device idle this share of its span is waiting for the host
 INPUT_OF_IDLE = 0.5  # ... and input-bound when the host's input covers this share of it
+INPUT_SHARE = 0.10  # a GPU step waiting this share of it for the data loader is input-bound
 BELOW_CEILING = 0.5  # achieved busbw under this share of the measured one
 
 
@@ -97,6 +98,10 @@ def findings(tables: TraceTables) -> list[str]:
             f"step(s); median over ranks {100 * float(np.median(exposed)):.0f}%): "
             f"communication that no compute hides.{why}"
         )
+    waits = step_waits(tables.steps)
+    if not waits.empty:  # a GPU's steps as users know them: what the device waited for
+        found += _wait_findings(waits)
+        return found + _below_ceiling(tables.collectives)
     idle = _share(ranks, "idle_us").to_numpy()
     worst = int(idle.argmax())
     if idle[worst] >= IDLE_SHARE:
@@ -113,7 +118,58 @@ def findings(tables: TraceTables) -> list[str]:
             f"Rank {row['rank']}'s {where} is idle {100 * idle[worst]:.0f}% of its time "
             f"({_ms(row['idle_us'])}; the data loader took {_ms(row['input_us'])}): {bound}."
         )
-    colls = tables.collectives
+    return found + _below_ceiling(tables.collectives)
+
+
+def step_waits(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank of a GPU trace, over its window's steps (all but the last of two or more):
+    the median step and the median shares of it the device waited for the data loader
+    (input) and for the rest of the host (idle)."""
+    if steps.empty or not {"timeline", "input_us", "idle_us"} <= set(steps.columns):
+        return pd.DataFrame()
+    rows = []
+    for rank, mine in steps[steps["timeline"] == "device"].groupby("rank"):
+        mine = mine.sort_values("step")
+        window = mine.iloc[:-1] if len(mine) >= 2 else mine
+        span = window["span_us"].clip(lower=1e-9)
+        rows.append(
+            {
+                "rank": rank,
+                "steps": len(window),
+                "step_us": float(window["span_us"].median()),
+                "input_share": float((window["input_us"] / span).median()),
+                "host_share": float((window["idle_us"] / span).median()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _wait_findings(waits: pd.DataFrame) -> list[str]:
+    """Input-bound or host-bound, from the rank that waits the most."""
+    found = []
+    row = waits.iloc[int(waits["input_share"].to_numpy().argmax())]
+    if row["input_share"] >= INPUT_SHARE:
+        found.append(
+            f"Rank {int(row['rank'])}'s steps are input-bound: its GPU waits for the data "
+            f"loader {100 * row['input_share']:.0f}% of each step (median over "
+            f"{int(row['steps'])} steps of {_ms(row['step_us'])}): more DataLoader workers "
+            "(num_workers), pinned memory "
+            "(pin_memory=True) and prefetching (prefetch_factor, persistent_workers) keep it fed."
+        )
+    row = waits.iloc[int(waits["host_share"].to_numpy().argmax())]
+    if row["host_share"] >= IDLE_SHARE:
+        found.append(
+            f"Rank {int(row['rank'])}'s GPU waits for the host {100 * row['host_share']:.0f}% of "
+            f"each step beyond the data loader (median over {int(row['steps'])} steps of "
+            f"{_ms(row['step_us'])}): host-bound; fewer, larger kernels (torch.compile, CUDA "
+            "graphs) and less Python work per step keep it busy."
+        )
+    return found
+
+
+def _below_ceiling(colls: pd.DataFrame) -> list[str]:
+    """Collectives that move data well under what a sweep measured on this machine."""
+    found = []
     if "share_of_measured" in colls and colls["share_of_measured"].notna().any():
         low = colls[colls["share_of_measured"] < BELOW_CEILING]
         if not low.empty:
