@@ -170,6 +170,11 @@ def test_the_report_saves_its_summaries_for_the_commands_that_read_them(
         pd.testing.assert_frame_equal(saved, fresh[probe])
     shown = gp("show", str(run_dir), "--table", "collectives", "--format", "csv")
     assert shown.code == 0 and shown.out == fresh["collectives"].to_csv(index=False)
+    update_run_json(run_dir, took_s=12.5, estimated_s=10.0)  # the sweep's timing, after it
+    assert saved_summary(run_dir, "collectives") is not None
+    update_run_json(run_dir, status="partial")  # what a summary may depend on
+    assert saved_summary(run_dir, "collectives") is None
+    update_run_json(run_dir, status="complete")
     assert gp("consolidate", str(run_dir)).code == 0
     assert all(saved_summary(run_dir, p) is None for p in probes)  # stale: tables rewritten
     again = gp("show", str(run_dir), "--table", "collectives", "--format", "csv")

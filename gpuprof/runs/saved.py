@@ -2,10 +2,11 @@
 report (which computes them anyway) and read by `show`, `predict`, `export` and the gate, so a
 run of 1,024 ranks (tens of millions of rows) is summarized once, not by every command.
 
-A saved summary holds a key: the run's tables and run.json (name, size, modification time)
-and the gpuprof code that computed it. It is used only while all of them are the same: a run
-consolidated again, a run.json rewritten or another gpuprof makes it stale, and the summary is
-computed from the tables again. The folder is a cache: deleting it loses nothing.
+A saved summary holds a key: the run's tables (name, size, modification time), run.json's
+content (but the sweep's own timing, which it writes after the report) and the gpuprof code
+that computed it. It is used only while all of them are the same: a run consolidated again,
+a run.json changed or another gpuprof makes it stale, and the summary is computed from the
+tables again. The folder is a cache: deleting it loses nothing.
 """
 
 from __future__ import annotations
@@ -34,11 +35,23 @@ def _code_stamp() -> str:
     return digest.hexdigest()
 
 
+# what the sweep writes into run.json after its report: no summary depends on it
+_AFTER_THE_REPORT = ("took_s", "estimated_s")
+
+
 def summary_key(run_dir: Path) -> str:
-    """What a summary of this run depends on: its tables, run.json and the code."""
-    files = [*sorted(run_dir.glob("*.parquet")), run_dir / "run.json"]
+    """What a summary of this run depends on: its tables, run.json (but the sweep's timing,
+    written after the report) and the code."""
+    files = sorted(run_dir.glob("*.parquet"))
     stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
-    return hashlib.sha256(json.dumps([_code_stamp(), stats]).encode()).hexdigest()
+    try:
+        info = json.loads((run_dir / "run.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict):
+        info = {k: v for k, v in info.items() if k not in _AFTER_THE_REPORT}
+    described = json.dumps(info, sort_keys=True, default=str)
+    return hashlib.sha256(json.dumps([_code_stamp(), stats, described]).encode()).hexdigest()
 
 
 def saved_summary(run_dir: Path, probe: str) -> pd.DataFrame | None:
