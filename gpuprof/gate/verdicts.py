@@ -38,7 +38,6 @@ EXPLAIN = {
 
 
 UNDECIDED_EXIT = 4  # a check that could not decide some case: neither a pass nor a failure
-ON_INCONCLUSIVE = ("error", "pass")
 
 
 def undecided_exit(table: pd.DataFrame, code: int, on_inconclusive: str) -> tuple[int, list[str]]:

@@ -23,6 +23,7 @@ before the last step.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,18 @@ class _Device:
         steps), everything, unrecorded launches too (as HTA keeps all events then)."""
         return self.launch < before if np.isfinite(before) else np.ones(self.launch.size, bool)
 
+    @cached_property
+    def _merged(self) -> tuple[Spans, Spans, Spans]:
+        """Every compute kernel, communication kernel and other device work, each merged
+        once (a step clips them)."""
+        code = [KINDS.index(k) for k in ("computation", "comm")]
+        rest = ~np.isin(self.kind, code)
+        return (
+            merge(self.start[self.kind == code[0]], self.end[self.kind == code[0]]),
+            merge(self.start[self.kind == code[1]], self.end[self.kind == code[1]]),
+            merge(self.start[rest], self.end[rest]),
+        )
+
     def step_spans(self, steps: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
         """The steps as users know them (the profiler viewer's rule): from ProfilerStep#N's
         start, data loading included, to the end of the device work it launched (or of the
@@ -101,15 +114,9 @@ class _Device:
         device work as in `parts`; of the time the device had nothing to run, input = while
         the data loader ran on the host, idle = the rest (waiting for the host: Python,
         launches, host ops). The parts add up to the span."""
-        code = {k: KINDS.index(k) for k in ("computation", "comm")}
-        sets = {
-            k: clip(merge(self.start[self.kind == c], self.end[self.kind == c]), lo, hi)
-            for k, c in code.items()
-        }
-        rest = ~np.isin(self.kind, list(code.values()))
-        other = clip(merge(self.start[rest], self.end[rest]), lo, hi)
-        busy = union(sets["computation"], sets["comm"], other)
-        row = _parts(sets["computation"], sets["comm"], other, EMPTY, hi - lo)
+        compute, comm, other = (clip(spans, lo, hi) for spans in self._merged)
+        busy = union(compute, comm, other)
+        row = _parts(compute, comm, other, EMPTY, hi - lo)
         row["input_us"] = length(subtract(host_inputs, busy))
         row["idle_us"] = max(row["idle_us"] - row["input_us"], 0.0)
         return row

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,14 +125,6 @@ def _ranks(results: list[RankResult]) -> None:
         seen[res.rank] = res.path
 
 
-def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for count in counts:
-        for key, n in count.items():
-            out[key] = out.get(key, 0) + n
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
 def read_job(directory: Path, jobs: int | None = None) -> TraceTables:
     """Every rank's trace in `directory`, analysed; `jobs` processes (default: the cores)."""
     files = trace_files(directory)
@@ -166,6 +159,7 @@ def assemble(results: list[RankResult]) -> TraceTables:
     matched = match(arrivals, world) if not arrivals.empty else pd.DataFrame()
     steps = pd.DataFrame([row for r in results for row in r.steps])
     ranks = [r.rank for r in results]
+    unread = (Counter(r.unknown) for r in results)  # event categories not read, summed
     info = {
         "traces": len(results),
         "world_size": world,
@@ -173,7 +167,7 @@ def assemble(results: list[RankResult]) -> TraceTables:
         "hosts": sorted({r.host for r in results if r.host}),
         "timeline": results[0].total.get("timeline") if results else None,
         "events": sum(r.events for r in results),
-        "unknown_categories": _summed([r.unknown for r in results]),
+        "unknown_categories": dict(sum(unread, Counter()).most_common()),
         "clock_offsets_us": {str(k): v for k, v in offsets.items() if v},
         "files": [r.path for r in results],
     }

@@ -29,6 +29,7 @@ import json
 import math
 import re
 from array import array
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,7 @@ class RankTrace:
     collectives: list[Collective] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     events: int = 0
-    unknown: dict[str, int] = field(default_factory=dict)  # category -> complete events
+    unknown: Counter[str] = field(default_factory=Counter)  # category -> complete events
 
     def name_id(self, name: str, index: dict[str, int]) -> int:
         """The id of a name in `names` (interned)."""
@@ -382,7 +383,7 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
         else:
             trace.ops.append(ts, end, _thread(event.get("tid")), trace.name_id(name, index))
     elif cat not in DEVICE_CATS and cat != "user_annotation":
-        trace.unknown[str(cat)] = trace.unknown.get(str(cat), 0) + 1
+        trace.unknown[str(cat)] += 1
 
 
 def _thread(tid: Any) -> int:
