@@ -13,10 +13,18 @@ import click
 from gpuprof import __version__
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
+from gpuprof.traces.flight import text as flight_text
 
 
 @click.command("trace")
-@click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
+@click.argument("directory", metavar="DIR", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--flight-recorder",
+    "flight",
+    metavar="DUMPS",
+    type=click.Path(path_type=Path),
+    help="instead: read PyTorch flight-recorder dumps (one per rank) and say why the job hung",
+)
 @click.option(
     "--run",
     "run_spec",
@@ -39,7 +47,8 @@ from gpuprof.errors import UsageError
 @click.option("--jobs", type=click.IntRange(min=1), help="processes reading traces [the cores]")
 @out_option
 def trace(
-    directory: Path,
+    directory: Path | None,
+    flight: Path | None,
     run_spec: str | None,
     fmt: str,
     report_path: Path | None,
@@ -52,8 +61,20 @@ def trace(
     communication, input and idle; the top ops; every collective's wait and transfer across
     ranks; the rank that holds the others back; advice.
 
-    Example: gpuprof trace ./traces --run latest -o trace.html
+    With --flight-recorder DUMPS: which rank did not enter which collective (process group,
+    sequence number, op, size), where ranks disagree on op, size or dtype, and the last
+    collective every rank completed.
+
+    Examples: gpuprof trace ./traces --run latest -o trace.html;
+    gpuprof trace --flight-recorder /tmp/fr
     """
+    if flight is not None:
+        if directory is not None or run_spec or report_path or save:
+            raise UsageError("--flight-recorder reads dumps alone: give no DIR, --run, -o, --save")
+        _flight(flight, fmt)
+        return
+    if directory is None:
+        raise UsageError("give the traces' DIR (or --flight-recorder DUMPS)")
     # deferred: loads pandas and plotly
     from gpuprof.advice.traces import findings, with_ceiling
     from gpuprof.reports.trace import render, text
@@ -92,6 +113,11 @@ def trace(
         click.echo(json.dumps(payload, default=str))
     else:
         click.echo(text(tables, found), nl=False)
+
+
+def _flight(folder: Path, fmt: str) -> None:
+    printed, payload = flight_text(folder)
+    click.echo(json.dumps(payload, default=str) if fmt == "json" else printed, nl=fmt == "json")
 
 
 def _measured(run_spec: str, out: str) -> Any:
