@@ -7,6 +7,16 @@ import re
 
 from gpuprof.errors import UsageError
 
+# bytes per element by the dtype names profilers and PyTorch's flight recorder write (torch's,
+# C++'s and c10's ScalarType names), lower case
+DTYPE_BYTES = {
+    "double": 8, "float64": 8, "long": 8, "long int": 8, "int64": 8, "complexfloat": 8,
+    "float": 4, "float32": 4, "int": 4, "int32": 4,
+    "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "short": 2,
+    "int16": 2,
+    "char": 1, "signed char": 1, "unsigned char": 1, "bool": 1, "byte": 1, "int8": 1,
+    "uint8": 1, "int8_t": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}  # fmt: skip
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
 

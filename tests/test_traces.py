@@ -203,6 +203,22 @@ def test_trace_breakdown_agrees_with_ddp_logging_data(tmp_path: Path) -> None:
     print(f"DDP logging data {ddp_parts}, trace {trace_parts}")
     for mine, theirs in zip(trace_parts, ddp_parts, strict=True):
         assert mine == pytest.approx(theirs, abs=3.0), (trace_parts, ddp_parts)
+    # phases, part by part: the trace's forward (DDP's own forward span), backward (to the
+    # optimizer's step: compute and the wait for the last buckets) and optimizer, against
+    # DDP's forward, backward compute + exposed communication and the optimizer timed around
+    # `opt.step()`; shares of their sum, medians over steps and ranks
+    phases = steps[["forward_us", "backward_us", "optimizer_us"]]
+    trace_phases = 100 * phases.div(phases.sum(axis=1), axis=0).median()
+    ddp_phases = pd.DataFrame(
+        {
+            "forward_us": rows["forward_us"],
+            "backward_us": rows["backward_compute_us"] + rows["exposed_comm_us"],
+            "optimizer_us": rows["optimizer_us"],
+        }
+    )
+    ddp_phases = 100 * ddp_phases.div(ddp_phases.sum(axis=1), axis=0).median()
+    print(f"phases: DDP {ddp_phases.to_dict()}, trace {trace_phases.to_dict()}")
+    assert (trace_phases - ddp_phases).abs().max() < 5.0, (trace_phases, ddp_phases)
 
 
 def test_a_balanced_job_has_no_input_straggler(gp: Gp, tmp_path: Path) -> None:
@@ -513,3 +529,37 @@ def test_steps_are_the_profiler_viewers_steps() -> None:
         f"input-bound: its GPU waits for the data loader {100 * shares[2]:.0f}% of each step" in f
         for f in said
     ), said
+
+
+def test_phases_split_a_gpu_step_by_what_launched_the_work() -> None:
+    """ResNet-50 in torch 1.9 (Kineto's sample): the backward ran on the autograd thread as
+    `...Backward` ops, the optimizer under `Optimizer.step#SGD.step` and `zero_grad` (after the
+    loss, as the tutorial calls it). Forward, backward and optimizer add up to the device's
+    busy time in every step, and the cuDNN gradient kernels (`dgrad`, `wgrad`, `bn_bw`) are
+    launched in the backward, none in the forward or the optimizer."""
+    from gpuprof.traces.breakdown import _Device
+    from gpuprof.traces.phases import _autograd_ops, host_phases
+    from gpuprof.traces.reader import read_rank
+
+    folder = TORCH_19 / "num_workers_0"
+    steps = read_job(folder, jobs=1).steps.set_index("step")
+    busy = steps["compute_us"] + steps["exposed_comm_us"] + steps["other_us"]
+    phases = steps["forward_us"] + steps["backward_us"] + steps["optimizer_us"]
+    assert (phases - busy).abs().max() <= 1.0, (phases, busy)
+    trace = read_rank(next(folder.iterdir()))
+    device = _Device(trace)
+    grad = np.array([("grad_engine" in n or "bn_bw" in n) for n in trace.names])[
+        device.name.astype(int)
+    ]
+    autograd = _autograd_ops(trace)
+    for number, lo, hi in trace.steps:
+        host = host_phases(trace, autograd, lo, hi)
+        assert host is not None
+        launched = device.launch[grad & (device.launch >= lo) & (device.launch < hi)]
+        assert launched.size > 50
+        for phase, (starts, ends) in host.items():
+            inside = ((launched[:, None] >= starts) & (launched[:, None] < ends)).any(axis=1)
+            assert inside.all() if phase == "backward_us" else not inside.any(), phase
+        # the forward: about half the backward (a convolution's backward runs two of them)
+        ratio = steps.loc[number, "forward_us"] / steps.loc[number, "backward_us"]
+        assert 0.4 < ratio < 0.7, ratio

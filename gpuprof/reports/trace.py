@@ -14,6 +14,7 @@ from gpuprof.reports.html import TEMPLATES, health
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed
 from gpuprof.text import fixed_width
 from gpuprof.traces.job import TraceTables
+from gpuprof.traces.phases import PHASES
 
 PARTS = (
     ("compute_us", "computation", "#4C78A8"),
@@ -62,6 +63,8 @@ def rank_rows(ranks: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Per rank: span and each part's share, and overlap as a share of communication."""
     header = ["rank", "timeline", "steps", "span ms", "compute %", "exposed comm %", "other %"]
     header += ["input %", "idle %", "comm ms", "overlap % of comm"]
+    phases = [c for c in PHASES if c in ranks]
+    header += [f"{c.removesuffix('_us')} %" for c in phases]
     rows = []
     for _, r in ranks.iterrows():
         span = r["span_us"] or math.nan
@@ -76,6 +79,7 @@ def rank_rows(ranks: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 _pct(r["idle_us"] / span),
                 _ms(r["comm_us"]),
                 _pct(r["overlap_us"] / r["comm_us"]) if r["comm_us"] else "-",
+                *(_pct(r[c] / span) for c in phases),
             ]
         )
     return header, rows
@@ -260,6 +264,7 @@ def sections(tables: TraceTables) -> list[Section]:
         out.append(Section(title="Collectives and stragglers", anchor="waits", blocks=blocks))
     steps = tables.steps
     if not steps.empty:
+        phases = [c for c in PHASES if c in steps]
         rows = [
             [
                 str(r["rank"]),
@@ -270,11 +275,12 @@ def sections(tables: TraceTables) -> list[Section]:
                 _ms(r["other_us"]),
                 _ms(r["input_us"]),
                 _ms(r["idle_us"]),
+                *(_ms(r[c]) for c in phases),
             ]
             for _, r in steps.iterrows()
         ]
         header = ["rank", "step", "span ms", "computation", "exposed comm", "other", "input"]
-        header.append("idle")
+        header += ["idle", *(c.removesuffix("_us") for c in phases)]
         top = (
             tables.ops.sort_values("total_us", ascending=False).head(20)
             if not tables.ops.empty

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof.analysis.intervals import EMPTY, Spans, clip, intersect, length, merge, subtract, union
+from gpuprof.traces.phases import step_phases
 from gpuprof.traces.reader import KINDS, RankTrace
 
 PARTS = ["compute_us", "exposed_comm_us", "other_us", "input_us", "idle_us"]
@@ -141,11 +142,16 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
     rows: list[dict[str, Any]] = []
     if trace.on_device:
         device = _Device(trace)
-        for number, lo, hi in device.step_spans(trace.steps):
-            rows.append({"step": number, **device.step_parts(lo, hi, clip(inputs, lo, hi))})
+        spans = device.step_spans(trace.steps)
+        phases = step_phases(trace, trace.steps, device, spans)
+        for number, lo, hi in spans:
+            parts = device.step_parts(lo, hi, clip(inputs, lo, hi))
+            rows.append({"step": number, **parts, **phases.get(number, {})})
         # the data loader's time in the window's steps (the last step's is outside it)
         window = clip(inputs, steps[0][1], before) if steps else inputs
         total = device.parts(device.in_window(before), window)
+        kept = {s[0] for s in steps}
+        total.update(_sum_rows([phases[n] for n in sorted(kept & set(phases))]))
         timeline = "device"
     else:
         op_start, op_end, _, _ = trace.ops.arrays()
@@ -153,13 +159,14 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
         comm = union(
             _spans([(c.start, c.end) for c in trace.collectives]), _spans(trace.comm_calls)
         )
+        phases = step_phases(trace, trace.steps)
         for number, lo, hi in trace.steps:
             step_inputs = clip(inputs, lo, hi)
             compute = subtract(clip(ops, lo, hi), step_inputs)
             row = _parts(compute, clip(comm, lo, hi), EMPTY, step_inputs, hi - lo)
             # a process has no idle: outside ops it runs Python and the framework
             row["other_us"], row["idle_us"] = row["idle_us"], 0.0
-            rows.append({"step": number, **row})
+            rows.append({"step": number, **row, **phases.get(number, {})})
         kept = {s[0] for s in steps}
         total = _sum_rows([r for r in rows if r["step"] in kept])
         timeline = "host"

@@ -23,17 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import UsageError
-from gpuprof.units import format_size
+from gpuprof.units import DTYPE_BYTES, format_size
 
 RANK_AT_END = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
-# element bytes by the dtype names the recorder writes (c10's ScalarType names; PyTorch's own
-# tests write torch's names)
-DTYPE_BYTES = {
-    "double": 8, "float64": 8, "long": 8, "int64": 8, "complexfloat": 8,
-    "float": 4, "float32": 4, "int": 4, "int32": 4,
-    "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "int16": 2,
-    "byte": 1, "uint8": 1, "char": 1, "int8": 1, "bool": 1,
-}  # fmt: skip
 # ops whose input sizes legitimately differ across ranks (uneven splits, root-only buffers)
 UNEVEN = re.compile(r"to_all|alltoall|^(gather|scatter)$|coalesced|^(send|recv)$", re.I)
 

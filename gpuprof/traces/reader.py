@@ -38,6 +38,7 @@ from typing import IO, Any
 import numpy as np
 
 from gpuprof.errors import UsageError
+from gpuprof.units import DTYPE_BYTES
 
 CHUNK = 1 << 20  # characters read at a time
 DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -47,6 +48,11 @@ ANNOTATION_CATS = {"user_annotation", *HOST_OP_CATS}  # where the data loader's 
 PASSED_OVER = {"python_function", "Trace", "gpu_user_annotation", "overhead", "cuda_sync"}
 STEP = re.compile(r"^ProfilerStep#(\d+)")
 INPUT = re.compile(r"^enumerate\(DataLoader\)#")
+# the phases' own annotations (torch.optim's, DDP's and FSDP's record_function names)
+PHASE_MARK = re.compile(
+    r"^(?:(?P<optimizer>Optimizer\.(?:step|zero_grad)#)"
+    r"|(?P<forward>(?:DistributedDataParallel|FullyShardedDataParallel)\.forward))"
+)
 # Holistic Trace Analysis's kernel classes (hta/common/types.py), applied with re.match
 COMM_KERNEL = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
 MEMORY_KERNEL = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
@@ -79,34 +85,6 @@ OP_NAMES = {
     "barrier": "barrier",
     "gather": "gather",
     "scatter": "scatter",
-}
-DTYPE_BYTES = {
-    "float": 4,
-    "float32": 4,
-    "int": 4,
-    "int32": 4,
-    "double": 8,
-    "float64": 8,
-    "long": 8,
-    "long int": 8,
-    "int64": 8,
-    "half": 2,
-    "float16": 2,
-    "c10::half": 2,
-    "bfloat16": 2,
-    "c10::bfloat16": 2,
-    "short": 2,
-    "int16": 2,
-    "char": 1,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "byte": 1,
-    "int8": 1,
-    "uint8": 1,
-    "int8_t": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
 }
 
 
@@ -158,6 +136,7 @@ class RankTrace:
     ops: Columns = field(default_factory=lambda: Columns("ddqq"))  # start, end, tid, name
     comm_calls: list[tuple[float, float]] = field(default_factory=list)  # c10d::* on the host
     inputs: list[tuple[float, float]] = field(default_factory=list)
+    marks: list[tuple[str, float, float]] = field(default_factory=list)  # phase annotations
     # start, end, kind (an index of KINDS), name, correlation
     device: Columns = field(default_factory=lambda: Columns("ddbqq"))
     launches: Columns = field(default_factory=lambda: Columns("qd"))  # correlation, launch ts
@@ -357,6 +336,8 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
     end = ts + float(dur)
     name = str(event.get("name", ""))
     args = event.get("args") or {}
+    if cat in ANNOTATION_CATS and (mark := PHASE_MARK.match(name)) is not None:
+        trace.marks.append((mark.lastgroup or "", ts, end))  # (an op too where it is one)
     if cat in DEVICE_CATS and "stream" in args:
         kind = kernel_class(name)
         corr = args.get("correlation", -1)
