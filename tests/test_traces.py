@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -432,6 +433,7 @@ def test_without_steps_every_kernel_counts(tmp_path: Path) -> None:
 
 
 TORCH_19 = Path(__file__).parent / "data" / "torch-1.9-resnet50"
+GOLDEN_H100 = Path(__file__).parent / "data" / "h100-80gb-hbm3"
 
 
 def _spans_in_steps(path: Path, pattern: str, steps: range) -> float:
@@ -563,3 +565,51 @@ def test_phases_split_a_gpu_step_by_what_launched_the_work() -> None:
         # the forward: about half the backward (a convolution's backward runs two of them)
         ratio = steps.loc[number, "forward_us"] / steps.loc[number, "backward_us"]
         assert 0.4 < ratio < 0.7, ratio
+
+
+def _profiled_training(out: Path, kind: str) -> None:
+    job = Path(__file__).parent / "jobs" / "profiled_training.py"
+    subprocess.run([sys.executable, job, out, kind], check=True, timeout=120, capture_output=True)
+
+
+def test_flops_per_step_are_a_hand_count(tmp_path: Path, gp: Gp) -> None:
+    """An MLP and a small convolutional net trained for real: every step's FLOPs are the hand
+    count (2 per multiply-add; a layer's backward computes the weights' gradient, and the
+    input's where the input needs one: not for the first layer), TFLOP/s are FLOPs over the
+    step's span, and the utilization is against the datasheet (an H100's float32 peak, where
+    the trace names one) and the float32 matmul ceiling a sweep measured (`--run`)."""
+    b = 64
+    _profiled_training(tmp_path / "mlp", "mlp")
+    layer1, layer2 = 2 * b * 256 * 512, 2 * b * 512 * 256
+    hand = (layer1 + layer2) + layer1 + 2 * layer2  # forward; backward: w1; x2 and w2
+    steps = read_job(tmp_path / "mlp", jobs=1).steps
+    assert len(steps) == 3 and (steps["flops"] == hand).all(), (steps["flops"], hand)
+    assert np.allclose(steps["tflops"], hand / steps["span_us"] / 1e6)
+
+    _profiled_training(tmp_path / "conv", "conv")
+    c1 = 2 * 4 * 8 * 3 * 9 * 16 * 16  # out 16 x 16 (stride 2)
+    c2 = 2 * 4 * 16 * (8 // 2) * 9 * 16 * 16  # groups 2: 4 input channels per output
+    fc = 2 * 4 * 16 * 16 * 16 * 10
+    hand = (c1 + c2 + fc) + c1 + 2 * c2 + 2 * fc
+    tables = read_job(tmp_path / "conv", jobs=1)
+    assert (tables.steps["flops"] == hand).all(), (tables.steps["flops"], hand)
+    per_op = tables.flops.set_index("name")["flops"]
+    assert per_op["aten::convolution"] == 2 * (c1 + c2)  # the window: 2 of the 3 steps
+    assert per_op["aten::convolution_backward"] == 2 * (c1 + 2 * c2)
+
+    # the datasheet: the same trace as an H100's (deviceProperties names the GPU)
+    trace = next((tmp_path / "mlp").iterdir())
+    doc = json.loads(trace.read_text())
+    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    trace.write_text(json.dumps(doc))
+    said = gp("trace", tmp_path / "mlp", "--run", GOLDEN_H100, "--format", "json")
+    assert said.code == 0, said.err
+    rank = json.loads(said.out)["trace_ranks"][0]
+    assert rank["flops_dtype"] == "float32" and rank["peak_tflops"] == 67.0
+    assert rank["mfu_pct"] == pytest.approx(100 * rank["tflops"] / 67.0)
+    assert rank["measured_tflops"] == pytest.approx(51.99, abs=0.01)  # the golden run's float32
+    assert rank["mfu_measured_pct"] == pytest.approx(100 * rank["tflops"] / 51.9914769934)
+
+    # torch 1.9 recorded no convolution arguments: no FLOPs per step rather than a partial count
+    rank = read_job(TORCH_19 / "num_workers_0", jobs=1).ranks.iloc[0]
+    assert math.isnan(rank["flops"]) and rank["uncounted_ops"] == 6 * 53  # ResNet-50's convs

@@ -49,6 +49,18 @@ def with_ceiling(collectives: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFr
     return out
 
 
+def with_compute_ceiling(ranks: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame:
+    """The ranks with the matmul ceiling a sweep measured for their FLOPs' dtype (the best
+    case of any rank and size) and the utilization against it."""
+    out = ranks.copy()
+    if "flops_dtype" not in out or compute.empty:
+        return out
+    best = compute.groupby("dtype")["tflops"].max()
+    out["measured_tflops"] = out["flops_dtype"].map(best).astype(float)
+    out["mfu_measured_pct"] = 100 * out["tflops"] / out["measured_tflops"]
+    return out
+
+
 def straggler_finding(tables: TraceTables) -> list[str]:
     """The rank the others wait for, by how much, and whether its compute or input is slower."""
     frame = tables.stragglers

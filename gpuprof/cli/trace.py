@@ -76,7 +76,7 @@ def trace(
     if directory is None:
         raise UsageError("give the traces' DIR (or --flight-recorder DUMPS)")
     # deferred: loads pandas and plotly
-    from gpuprof.advice.traces import findings, with_ceiling
+    from gpuprof.advice.traces import findings, with_ceiling, with_compute_ceiling
     from gpuprof.reports.trace import render, text
     from gpuprof.traces.job import read_job
 
@@ -87,7 +87,8 @@ def trace(
         measured = _measured(run_spec, out)  # before reading: a bad RUN fails fast
     tables = read_job(directory, jobs)
     if measured is not None:
-        tables.collectives = with_ceiling(tables.collectives, measured)
+        tables.collectives = with_ceiling(tables.collectives, measured[0])
+        tables.ranks = with_compute_ceiling(tables.ranks, measured[1])
     found = findings(tables)
     argv = " ".join(["gpuprof", *sys.argv[1:]])
     html = None
@@ -120,13 +121,21 @@ def _flight(folder: Path, fmt: str) -> None:
     click.echo(json.dumps(payload, default=str) if fmt == "json" else printed, nl=fmt == "json")
 
 
-def _measured(run_spec: str, out: str) -> Any:
-    """The run's collectives summary (op, size, world size, busbw)."""
+def _measured(run_spec: str, out: str) -> tuple[Any, Any]:
+    """The run's collectives summary (op, size, world size, busbw) and matmul ceilings."""
     # deferred: loads pandas
+    import pandas as pd
+
+    # deferred: these load pandas too
     from gpuprof.analysis.bandwidth import measured_busbw
+    from gpuprof.analysis.ceilings import summarize_compute_run
     from gpuprof.runs.store import open_run
 
-    return measured_busbw(open_run(run_spec, out))
+    run = open_run(run_spec, out)
+    if "compute" not in run.tables():
+        return measured_busbw(run), pd.DataFrame()  # a UsageError when it measured neither
+    colls = measured_busbw(run) if "collectives" in run.tables() else pd.DataFrame()
+    return colls, summarize_compute_run(run)
 
 
 def _write(path: Path, html: str) -> None:

@@ -156,11 +156,52 @@ def verdict(tables: TraceTables) -> str:
     )
 
 
+def flops_rows(tables: TraceTables) -> tuple[list[str], list[list[str]]]:
+    """Per rank: the window's FLOPs, achieved TFLOP/s and utilization; none without FLOPs."""
+    ranks = tables.ranks
+    if "flops" not in ranks:
+        return [], []
+    header = ["rank", "TFLOP/step", "TFLOP/s", "dtype", "peak (datasheet)", "MFU %"]
+    measured = "measured_tflops" in ranks
+    header += ["measured ceiling", "% of measured"] if measured else []
+    rows = []
+    for _, r in ranks.iterrows():
+        per_step = r["flops"] / r["steps"] / 1e12 if r["steps"] else math.nan
+        row = [str(r["rank"]), _num(per_step), _num(r["tflops"]), str(r["flops_dtype"] or "-")]
+        row += [_num(r["peak_tflops"]), _num(r["mfu_pct"], 3)]
+        if measured:
+            row += [_num(r["measured_tflops"]), _num(r["mfu_measured_pct"], 3)]
+        rows.append(row)
+    return header, rows
+
+
+def _flop_op(r: dict[Any, Any]) -> list[str]:
+    tera, ms = _num(r["flops"] / 1e12), _ms(r["time_us"])
+    return [str(r["rank"]), str(r["name"]), str(r["count"]), tera, ms, _num(r["tflops"])]
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x:.{digits}g}" if abs(x) < 100 else f"{x:,.0f}"
+
+
 def text(tables: TraceTables, found: list[str]) -> str:
     """The terminal output."""
     parts = [health(verdict(tables), False, found), ""]
     header, rows = rank_rows(tables.ranks)
     parts += ["Where each rank's time goes (window):", fixed_width([header, *rows]), ""]
+    header, rows = flops_rows(tables)
+    if rows:
+        parts += ["FLOPs (window; counted from the ops' shapes or as recorded):"]
+        parts += [fixed_width([header, *rows])]
+        missing = int(tables.ranks.get("uncounted_ops", pd.Series([0])).fillna(0).max())
+        if missing:
+            parts.append(
+                f"({missing} convolution(s) without their arguments: no FLOPs per step; "
+                "record with record_shapes=True on a torch that writes their `Concrete Inputs`)"
+            )
+        parts.append("")
     header, rows = collective_summary(tables.collectives)
     if rows:
         parts += ["Collectives (medians):", fixed_width([header, *rows], left=1), ""]
@@ -241,16 +282,23 @@ def _collectives_figure(colls: pd.DataFrame) -> go.Figure:
 def sections(tables: TraceTables) -> list[Section]:
     """The report's sections."""
     header, rows = rank_rows(tables.ranks)
-    out = [
-        Section(
-            title="Where each rank's time goes",
-            anchor="breakdown",
-            blocks=[
-                Figures(html=[embed(_breakdown_figure(tables.ranks))], grid=False),
-                Table(header=header, rows=rows),
-            ],
-        )
+    first: list[Any] = [
+        Figures(html=[embed(_breakdown_figure(tables.ranks))], grid=False),
+        Table(header=header, rows=rows),
     ]
+    out = [Section(title="Where each rank's time goes", anchor="breakdown", blocks=first)]
+    header, rows = flops_rows(tables)
+    if rows:
+        flop_ops = [_flop_op(r) for r in tables.flops.head(20).to_dict("records")]
+        first += [
+            Table(header=header, rows=rows, title="FLOPs and utilization"),
+            Table(
+                header=["rank", "op", "count", "TFLOP", "ms", "TFLOP/s"],
+                rows=flop_ops,
+                left=(1,),
+                title="Ops with FLOPs (window)",
+            ),
+        ]
     colls = tables.collectives
     if not colls.empty:
         header, rows = collective_summary(colls)

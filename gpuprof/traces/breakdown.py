@@ -29,6 +29,13 @@ from typing import Any
 import numpy as np
 
 from gpuprof.analysis.intervals import EMPTY, Spans, clip, intersect, length, merge, subtract, union
+from gpuprof.traces.mfu import (
+    datasheet_tflops,
+    main_dtype,
+    op_flops_rows,
+    step_flops,
+    uncounted,
+)
 from gpuprof.traces.phases import step_phases
 from gpuprof.traces.reader import KINDS, RankTrace
 
@@ -70,13 +77,13 @@ class _Device:
     """A rank's device events as arrays, each with the time its launch happened."""
 
     def __init__(self, trace: RankTrace) -> None:
-        self.start, self.end, codes, self.name, corr = trace.device.arrays()
+        self.start, self.end, codes, self.name, self.corr = trace.device.arrays()
         self.kind = codes  # an index of KINDS
         # a kernel whose launch was not recorded (launched before the recording began)
         # belongs to no step and is outside the window, as HTA counts it; a trace with no
         # launches at all (device activity only) is windowed by the kernels' own starts
         unknown = np.full(self.start.size, np.nan) if len(trace.launches) else self.start
-        self.launch = trace.launch_times(corr, unknown)
+        self.launch = trace.launch_times(self.corr, unknown)
 
     def in_window(self, before: float) -> np.ndarray:
         """What the window holds: launched before `before`; with no window (fewer than two
@@ -173,7 +180,34 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
     for row in rows:
         row.update(rank=trace.rank, timeline=timeline)
     total.update(rank=trace.rank, timeline=timeline, steps=len(steps))
+    _with_flops(trace, rows, total, {s[0] for s in steps})
     return rows, total
+
+
+def _with_flops(
+    trace: RankTrace, rows: list[dict[str, Any]], total: dict[str, Any], kept: set[int]
+) -> None:
+    """Each step's FLOPs and TFLOP/s; the window's, with the datasheet's peak and MFU."""
+    flops = step_flops(trace)
+    if not flops:
+        return
+    for row in rows:
+        row["flops"] = flops.get(row["step"], 0.0)
+        row["tflops"] = row["flops"] / row["span_us"] / 1e6 if row["span_us"] else np.nan
+    window = sum(row["span_us"] for row in rows if row["step"] in kept)
+    total["flops"] = sum(flops.get(n, 0.0) for n in kept)
+    total["tflops"] = total["flops"] / window / 1e6 if window else np.nan
+    dtype = main_dtype(trace)
+    peak = datasheet_tflops(trace, dtype)
+    total.update(gpu=trace.gpu, flops_dtype=dtype, peak_tflops=peak)
+    total["uncounted_ops"] = int(uncounted(trace).size)
+    total["mfu_pct"] = 100 * total["tflops"] / peak if peak else np.nan
+
+
+def flop_rows(trace: RankTrace) -> list[dict[str, Any]]:
+    """Per op with FLOPs over the window: FLOPs, the time of its work, TFLOP/s."""
+    _, before = _window(trace)
+    return op_flops_rows(trace, before, _Device(trace) if trace.on_device else None)
 
 
 def _sum_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -7,14 +7,14 @@ import os
 import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from gpuprof.errors import UsageError
-from gpuprof.traces.breakdown import rank_breakdown, top_ops
+from gpuprof.traces.breakdown import flop_rows, rank_breakdown, top_ops
 from gpuprof.traces.collectives import (
     clock_offsets,
     match,
@@ -43,6 +43,7 @@ class RankResult:
     steps: list[dict[str, Any]]
     total: dict[str, Any]
     top: list[dict[str, Any]]
+    flops: list[dict[str, Any]]  # per op with FLOPs
     collectives: pd.DataFrame
 
 
@@ -57,6 +58,7 @@ class TraceTables:
     waits: pd.DataFrame
     stragglers: pd.DataFrame
     info: dict[str, Any]
+    flops: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def named(self) -> dict[str, pd.DataFrame]:
         """The tables by the names they are written under."""
@@ -67,6 +69,7 @@ class TraceTables:
             "trace_collectives": self.collectives,
             "trace_waits": self.waits,
             "trace_stragglers": self.stragglers,
+            "trace_flops": self.flops,
         }
 
 
@@ -102,6 +105,7 @@ def read_one(path: Path) -> RankResult:
         steps=steps,
         total=total,
         top=top_ops(trace),
+        flops=flop_rows(trace),
         collectives=colls,
     )
 
@@ -113,7 +117,7 @@ def _ranks(results: list[RankResult]) -> None:
             found = RANK_IN_NAME.search(Path(res.path).name)
             res.rank = int(found.group(1)) if found else i
         res.collectives["rank"] = res.rank
-        for row in (*res.steps, res.total, *res.top):
+        for row in (*res.steps, res.total, *res.top, *res.flops):
             row["rank"] = res.rank
     seen: dict[int, str] = {}
     for res in results:
@@ -179,4 +183,5 @@ def assemble(results: list[RankResult]) -> TraceTables:
         waits=rank_waits(arrivals, matched) if not arrivals.empty else pd.DataFrame(),
         stragglers=stragglers(matched, steps, ranks),
         info=info,
+        flops=pd.DataFrame([row for r in results for row in r.flops]),
     )

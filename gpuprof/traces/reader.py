@@ -38,6 +38,7 @@ from typing import IO, Any
 import numpy as np
 
 from gpuprof.errors import UsageError
+from gpuprof.traces.flops import COUNTED, DTYPES, op_flops, peak_dtype
 from gpuprof.units import DTYPE_BYTES
 
 CHUNK = 1 << 20  # characters read at a time
@@ -139,7 +140,10 @@ class RankTrace:
     marks: list[tuple[str, float, float]] = field(default_factory=list)  # phase annotations
     # start, end, kind (an index of KINDS), name, correlation
     device: Columns = field(default_factory=lambda: Columns("ddbqq"))
-    launches: Columns = field(default_factory=lambda: Columns("qd"))  # correlation, launch ts
+    launches: Columns = field(default_factory=lambda: Columns("qdq"))  # correlation, ts, tid
+    # ops with FLOPs: start, end, tid, name, recorded, counted from shapes, dtype (PEAKS index)
+    flop_ops: Columns = field(default_factory=lambda: Columns("ddqqddb"))
+    gpu: str | None = None  # deviceProperties' first name
     collectives: list[Collective] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     events: int = 0
@@ -160,7 +164,7 @@ class RankTrace:
 
     def launch_times(self, correlations: np.ndarray, default: np.ndarray) -> np.ndarray:
         """When the host launched the work of each correlation id (`default` where unknown)."""
-        corr, ts = self.launches.arrays()
+        corr, ts, _ = self.launches.arrays()
         if corr.size == 0:
             return default.astype(float)
         order = np.argsort(corr, kind="stable")
@@ -313,6 +317,8 @@ def read_rank(path: Path) -> RankTrace:
                 trace.backend = value.get("backend")
             elif key == "host_name":
                 trace.host = str(value)
+            elif key == "deviceProperties" and isinstance(value, list) and value:
+                trace.gpu = str(value[0].get("name")) if isinstance(value[0], dict) else None
             elif key == "baseTimeNanoseconds":
                 trace.base_ns = int(value)
     except (ValueError, OSError, EOFError, UnicodeDecodeError) as exc:
@@ -349,7 +355,7 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
     elif cat in LAUNCH_CATS:
         corr = args.get("correlation")
         if corr is not None:
-            trace.launches.append(int(corr), ts)
+            trace.launches.append(int(corr), ts, _thread(event.get("tid")))
     elif (step := STEP.match(name)) is not None:
         trace.steps.append((int(step.group(1)), ts, end))
     elif cat in ANNOTATION_CATS and INPUT.match(name):
@@ -363,6 +369,10 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
             trace.comm_calls.append((ts, end))
         else:
             trace.ops.append(ts, end, _thread(event.get("tid")), trace.name_id(name, index))
+            if name in COUNTED or "flops" in args:
+                dtype = DTYPES.index(peak_dtype(args.get("Input type")))
+                ident = (_thread(event.get("tid")), trace.name_id(name, index))
+                trace.flop_ops.append(ts, end, *ident, *op_flops(name, args), dtype)
     elif cat not in DEVICE_CATS and cat != "user_annotation":
         trace.unknown[str(cat)] += 1
 
