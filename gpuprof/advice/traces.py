@@ -157,7 +157,7 @@ def step_waits(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _wait_findings(waits: pd.DataFrame) -> list[str]:
-    """Input-bound or host-bound, from the rank that waits the most."""
+    """Input-bound or host-bound, from the rank that waits the most; else device-bound."""
     found = []
     row = waits.iloc[int(waits["input_share"].to_numpy().argmax())]
     if row["input_share"] >= INPUT_SHARE:
@@ -175,6 +175,16 @@ def _wait_findings(waits: pd.DataFrame) -> list[str]:
             f"each step beyond the data loader (median over {int(row['steps'])} steps of "
             f"{_ms(row['step_us'])}): host-bound; fewer, larger kernels (torch.compile, CUDA "
             "graphs) and less Python work per step keep it busy."
+        )
+    if not found:  # neither waits: the device's own work sets the step
+        busy = 1 - waits["input_share"] - waits["host_share"]
+        row = waits.iloc[int(busy.to_numpy().argmin())]
+        found.append(
+            f"Every rank's steps are device-bound: the GPU is busy at least "
+            f"{100 * float(busy.min()):.0f}% of each step (rank {int(row['rank'])}, median over "
+            f"{int(row['steps'])} steps of {_ms(row['step_us'])}): faster kernels shorten the "
+            "step (the top kernels say which: lower precision, fused kernels with "
+            "torch.compile, fused attention), or a faster GPU."
         )
     return found
 

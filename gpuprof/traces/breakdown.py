@@ -106,8 +106,9 @@ class _Device:
         """The steps as users know them (the profiler viewer's rule): from ProfilerStep#N's
         start, data loading included, to the end of the device work it launched (or of the
         host step, if later); a step whose predecessor's work ran into it starts when that
-        work ended, so steps never overlap."""
-        out, before = [], -np.inf
+        work ended, so steps never overlap; the first starts after device work from before it
+        (`_before_first`)."""
+        out, before = [], self._before_first(steps)
         for number, lo, hi in steps:
             launched = (self.launch >= lo) & (self.launch < hi)
             device_end = float(self.end[launched].max()) if launched.any() else -np.inf
@@ -116,6 +117,21 @@ class _Device:
             out.append((number, start, end))
             before = end
         return out
+
+    def _before_first(self, steps: list[tuple[int, float, float]]) -> float:
+        """When the first step can start: after device work launched in no step (before the
+        recording's first step) that ended before the step's own first device work, as the
+        profiler viewer counts it."""
+        if not steps:
+            return -np.inf
+        in_steps = np.zeros(self.launch.size, bool)
+        for _, lo, hi in steps:
+            in_steps |= (self.launch >= lo) & (self.launch < hi)
+        first = (self.launch >= steps[0][1]) & (self.launch < steps[0][2])
+        if not first.any():
+            return -np.inf
+        ended = ~in_steps & (self.end < self.start[first].min())
+        return float(self.end[ended].max()) if ended.any() else -np.inf
 
     def step_parts(self, lo: float, hi: float, host_inputs: Spans) -> dict[str, Any]:
         """One step's parts over [lo, hi), by time: compute, exposed communication and other
