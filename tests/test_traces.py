@@ -614,3 +614,68 @@ def test_flops_per_step_are_a_hand_count(tmp_path: Path, gp: Gp) -> None:
     # torch 1.9 recorded no convolution arguments: no FLOPs per step rather than a partial count
     rank = read_job(TORCH_19 / "num_workers_0", jobs=1).ranks.iloc[0]
     assert math.isnan(rank["flops"]) and rank["uncounted_ops"] == 6 * 53  # ResNet-50's convs
+
+
+PUBLISHED = Path(__file__).parent / "data" / "published-traces"
+# The PyTorch profiler viewer's overview (torch-tb-profiler 0.4.3, the last release; computed
+# by benchmarks/trace_vs_viewer.py) per step: (step us, kernel us, data loader us)
+VIEWER = {
+    "kineto-resnet50-2021-01": {
+        5: (129983, 100863, 10023),
+        6: (158499, 100576, 37553),
+        7: (140334, 100821, 28965),
+        8: (163126, 101109, 49998),
+        9: (141407, 101108, 25338),
+        10: (159068, 100732, 35514),
+    },
+    "hta-a100-ddp-2022": {
+        1009: (75473, 54944, 0),
+        1010: (76940, 59426, 0),
+        1011: (76212, 62574, 0),
+        1012: (76727, 61816, 0),
+        1013: (78473, 66149, 0),
+        1014: (81120, 64300, 0),
+    },
+    "hta-mi250-rocm6.2": {1: (9288.3, 110.9, 0), 2: (49.1, 0, 0)},
+}
+# TraceLens's own report of its traces (gpu_timeline.csv, published beside them): the step's
+# total and busy ms (kernels, copies, sets)
+TRACELENS = {
+    "tracelens-h100-torch2.6": (34.8924189453125, 31.905483154296874),
+    "tracelens-mi300x-torch2.7": (33.13133349609375, 29.743927734375),
+}
+BOUND = {
+    "kineto-resnet50-2021-01": "input-bound",
+    "hta-a100-ddp-2022": "device-bound",
+    "hta-mi250-rocm6.2": "host-bound",
+    "tracelens-h100-torch2.6": "device-bound",
+    "tracelens-mi300x-torch2.7": "device-bound",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUND))
+def test_published_traces_read_as_the_tools_that_read_them(name: str, gp: Gp) -> None:
+    """Published traces of torch from a January 2021 nightly to 2.7 (ROCm too): every step
+    within 5% of the profiler viewer's step (or TraceLens's), kernel (or busy) and data
+    loader shares within 3 points, and the bound named."""
+    steps = read_job(PUBLISHED / name, jobs=1).steps.set_index("step")
+    if name in VIEWER:
+        assert sorted(steps.index) == sorted(VIEWER[name])
+        for step, (total, kernel, loader) in VIEWER[name].items():
+            row = steps.loc[step]
+            assert row["span_us"] == pytest.approx(total, rel=0.05), step
+            mine = 100 * (row["compute_us"] + row["exposed_comm_us"]) / row["span_us"]
+            assert mine == pytest.approx(100 * kernel / total, abs=3), step
+            assert 100 * row["input_us"] / row["span_us"] == pytest.approx(
+                100 * loader / total, abs=3
+            )
+    else:
+        total, busy = TRACELENS[name]
+        (row,) = (r for _, r in steps.iterrows())
+        assert row["span_us"] / 1e3 == pytest.approx(total, rel=0.05)
+        mine = 100 * (row["compute_us"] + row["exposed_comm_us"] + row["other_us"]) / row["span_us"]
+        assert mine == pytest.approx(100 * busy / total, abs=3)
+    said = gp("trace", PUBLISHED / name)
+    assert said.code == 0, said.err
+    bounds = [b for b in ("input-bound", "host-bound", "device-bound") if b in said.out]
+    assert bounds == [BOUND[name]], said.out
