@@ -568,9 +568,10 @@ def test_phases_split_a_gpu_step_by_what_launched_the_work() -> None:
         assert 0.4 < ratio < 0.7, ratio
 
 
-def _profiled_training(out: Path, kind: str) -> None:
+def _profiled_training(out: Path, kind: str, *options: str) -> None:
     job = Path(__file__).parent / "jobs" / "profiled_training.py"
-    subprocess.run([sys.executable, job, out, kind], check=True, timeout=120, capture_output=True)
+    run = [sys.executable, job, out, kind, *options]
+    subprocess.run(run, check=True, timeout=120, capture_output=True)
 
 
 def test_flops_per_step_are_a_hand_count(tmp_path: Path, gp: Gp) -> None:
@@ -580,12 +581,24 @@ def test_flops_per_step_are_a_hand_count(tmp_path: Path, gp: Gp) -> None:
     step's span, and the utilization is against the datasheet (an H100's float32 peak, where
     the trace names one) and the float32 matmul ceiling a sweep measured (`--run`)."""
     b = 64
-    _profiled_training(tmp_path / "mlp", "mlp")
+    _profiled_training(tmp_path / "mlp", "mlp", "all")  # with stacks, memory and with_flops
     layer1, layer2 = 2 * b * 256 * 512, 2 * b * 512 * 256
     hand = (layer1 + layer2) + layer1 + 2 * layer2  # forward; backward: w1; x2 and w2
-    steps = read_job(tmp_path / "mlp", jobs=1).steps
+    tables = read_job(tmp_path / "mlp", jobs=1)
+    steps = tables.steps
     assert len(steps) == 3 and (steps["flops"] == hand).all(), (steps["flops"], hand)
     assert np.allclose(steps["tflops"], hand / steps["span_us"] / 1e6)
+    assert not tables.info["unknown_categories"]  # stacks and memory events: all read
+    # where the profiler wrote `flops` (as torch has, with with_flops), those count instead
+    trace = next((tmp_path / "mlp").iterdir())
+    doc = json.loads(trace.read_text())
+    for event in doc["traceEvents"]:
+        if event.get("name") in ("aten::mm", "aten::addmm"):
+            event["args"]["flops"] = 1000
+    (tmp_path / "recorded").mkdir()
+    (tmp_path / "recorded" / trace.name).write_text(json.dumps(doc))
+    recorded = read_job(tmp_path / "recorded", jobs=1).steps
+    assert (recorded["flops"] == 1000 * 5).all()  # 2 forward, 3 backward products a step
 
     _profiled_training(tmp_path / "conv", "conv")
     c1 = 2 * 4 * 8 * 3 * 9 * 16 * 16  # out 16 x 16 (stride 2)
@@ -679,3 +692,37 @@ def test_published_traces_read_as_the_tools_that_read_them(name: str, gp: Gp) ->
     assert said.code == 0, said.err
     bounds = [b for b in ("input-bound", "host-bound", "device-bound") if b in said.out]
     assert bounds == [BOUND[name]], said.out
+
+
+def test_a_process_driving_two_gpus_gets_each_gpus_breakdown(tmp_path: Path, gp: Gp) -> None:
+    """One process, two GPUs (no published trace has one: this one is built): its compute
+    kernels on GPU 0 and its NCCL kernels on GPU 1 give each device its own row, counted from
+    the raw events over the window (launched before the last step); one GPU gives none."""
+    trace = _gpu_trace(0, "a", 0.0, 0.0)
+    events = list(trace["traceEvents"])  # type: ignore[call-overload]  # built as a list
+    for event in events:
+        if event.get("cat") == "kernel":
+            gpu = 1 if str(event["name"]).startswith("nccl") else 0
+            event["args"]["device"] = gpu
+            event["pid"] = gpu
+    (tmp_path / "rank0.json").write_text(json.dumps({**trace, "traceEvents": events}))
+    devices = read_job(tmp_path, jobs=1).devices.set_index("device")
+    assert sorted(devices.index) == [0, 1]
+    last_step = max(e["ts"] for e in events if str(e["name"]).startswith("ProfilerStep"))
+    launched = {e["args"]["correlation"]: e["ts"] for e in events if e["cat"] == "cuda_runtime"}
+    for gpu in (0, 1):
+        mine = [
+            e
+            for e in events
+            if e["cat"] == "kernel"
+            and e["args"]["device"] == gpu
+            and launched[e["args"]["correlation"]] < last_step
+        ]
+        span = max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)
+        busy = sum(e["dur"] for e in mine)  # these kernels never overlap on one GPU
+        assert devices.loc[gpu, "span_us"] == pytest.approx(span)
+        assert devices.loc[gpu, "idle_us"] == pytest.approx(span - busy)
+    assert devices.loc[0, "comm_us"] == 0 and devices.loc[1, "compute_us"] == 0
+    assert "Per GPU" in gp("trace", tmp_path).out
+    single = read_job(PUBLISHED / "hta-a100-ddp-2022", jobs=1)
+    assert single.devices.empty  # kernels on one GPU (device 3): the rank's row is its GPU

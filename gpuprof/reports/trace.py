@@ -156,6 +156,20 @@ def verdict(tables: TraceTables) -> str:
     )
 
 
+def device_rows(devices: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Per rank and GPU of a process that drives several: span and each part's share."""
+    header = ["rank", "gpu", "span ms", "compute %", "exposed comm %", "other %", "idle %"]
+    rows = []
+    for _, r in devices.iterrows():
+        span = r["span_us"] or math.nan
+        parts = ("compute_us", "exposed_comm_us", "other_us", "idle_us")
+        rows.append(
+            [str(r["rank"]), str(r["device"]), _ms(r["span_us"])]
+            + [_pct(r[c] / span) for c in parts]
+        )
+    return header, rows
+
+
 def flops_rows(tables: TraceTables) -> tuple[list[str], list[list[str]]]:
     """Per rank: the window's FLOPs, achieved TFLOP/s and utilization; none without FLOPs."""
     ranks = tables.ranks
@@ -191,6 +205,10 @@ def text(tables: TraceTables, found: list[str]) -> str:
     parts = [health(verdict(tables), False, found), ""]
     header, rows = rank_rows(tables.ranks)
     parts += ["Where each rank's time goes (window):", fixed_width([header, *rows]), ""]
+    header, rows = device_rows(tables.devices)
+    if rows:
+        parts += ["Per GPU (a process drives several; the rank's row merges them):"]
+        parts += [fixed_width([header, *rows]), ""]
     header, rows = flops_rows(tables)
     if rows:
         parts += ["FLOPs (window; counted from the ops' shapes or as recorded):"]
@@ -287,6 +305,9 @@ def sections(tables: TraceTables) -> list[Section]:
         Table(header=header, rows=rows),
     ]
     out = [Section(title="Where each rank's time goes", anchor="breakdown", blocks=first)]
+    header, rows = device_rows(tables.devices)
+    if rows:
+        first.append(Table(header=header, rows=rows, title="Per GPU of the process"))
     header, rows = flops_rows(tables)
     if rows:
         flop_ops = [_flop_op(r) for r in tables.flops.head(20).to_dict("records")]

@@ -77,7 +77,7 @@ class _Device:
     """A rank's device events as arrays, each with the time its launch happened."""
 
     def __init__(self, trace: RankTrace) -> None:
-        self.start, self.end, codes, self.name, self.corr = trace.device.arrays()
+        self.start, self.end, codes, self.name, self.corr, self.gpu = trace.device.arrays()
         self.kind = codes  # an index of KINDS
         # a kernel whose launch was not recorded (launched before the recording began)
         # belongs to no step and is outside the window, as HTA counts it; a trace with no
@@ -218,6 +218,26 @@ def _with_flops(
     total.update(gpu=trace.gpu, flops_dtype=dtype, peak_tflops=peak)
     total["uncounted_ops"] = int(uncounted(trace).size)
     total["mfu_pct"] = 100 * total["tflops"] / peak if peak else np.nan
+
+
+def device_rows(trace: RankTrace) -> list[dict[str, Any]]:
+    """Per GPU of a process that drives several (one trace, kernels on more than one device),
+    each device's own breakdown over the window; none for one GPU (the rank's row is it)."""
+    if not trace.on_device:
+        return []
+    device = _Device(trace)
+    gpus = np.unique(device.gpu)
+    if gpus.size < 2:
+        return []
+    _, before = _window(trace)
+    kept = device.in_window(before)
+    rows = []
+    for gpu in gpus:
+        row = device.parts(kept & (device.gpu == gpu), EMPTY)
+        if row:
+            row.pop("input_us")  # the host's, not a device's
+            rows.append({"rank": trace.rank, "device": int(gpu), **row})
+    return rows
 
 
 def flop_rows(trace: RankTrace) -> list[dict[str, Any]]:

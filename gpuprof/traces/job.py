@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.errors import UsageError
-from gpuprof.traces.breakdown import flop_rows, rank_breakdown, top_ops
+from gpuprof.traces.breakdown import device_rows, flop_rows, rank_breakdown, top_ops
 from gpuprof.traces.collectives import (
     clock_offsets,
     match,
@@ -44,6 +44,7 @@ class RankResult:
     total: dict[str, Any]
     top: list[dict[str, Any]]
     flops: list[dict[str, Any]]  # per op with FLOPs
+    devices: list[dict[str, Any]]  # per GPU, when one process drives several
     collectives: pd.DataFrame
 
 
@@ -59,6 +60,7 @@ class TraceTables:
     stragglers: pd.DataFrame
     info: dict[str, Any]
     flops: pd.DataFrame = field(default_factory=pd.DataFrame)
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def named(self) -> dict[str, pd.DataFrame]:
         """The tables by the names they are written under."""
@@ -70,6 +72,7 @@ class TraceTables:
             "trace_waits": self.waits,
             "trace_stragglers": self.stragglers,
             "trace_flops": self.flops,
+            "trace_devices": self.devices,
         }
 
 
@@ -106,6 +109,7 @@ def read_one(path: Path) -> RankResult:
         total=total,
         top=top_ops(trace),
         flops=flop_rows(trace),
+        devices=device_rows(trace),
         collectives=colls,
     )
 
@@ -117,7 +121,7 @@ def _ranks(results: list[RankResult]) -> None:
             found = RANK_IN_NAME.search(Path(res.path).name)
             res.rank = int(found.group(1)) if found else i
         res.collectives["rank"] = res.rank
-        for row in (*res.steps, res.total, *res.top, *res.flops):
+        for row in (*res.steps, res.total, *res.top, *res.flops, *res.devices):
             row["rank"] = res.rank
     seen: dict[int, str] = {}
     for res in results:
@@ -184,4 +188,5 @@ def assemble(results: list[RankResult]) -> TraceTables:
         stragglers=stragglers(matched, steps, ranks),
         info=info,
         flops=pd.DataFrame([row for r in results for row in r.flops]),
+        devices=pd.DataFrame([row for r in results for row in r.devices]),
     )

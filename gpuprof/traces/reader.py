@@ -138,8 +138,8 @@ class RankTrace:
     comm_calls: list[tuple[float, float]] = field(default_factory=list)  # c10d::* on the host
     inputs: list[tuple[float, float]] = field(default_factory=list)
     marks: list[tuple[str, float, float]] = field(default_factory=list)  # phase annotations
-    # start, end, kind (an index of KINDS), name, correlation
-    device: Columns = field(default_factory=lambda: Columns("ddbqq"))
+    # start, end, kind (an index of KINDS), name, correlation, device index
+    device: Columns = field(default_factory=lambda: Columns("ddbqqq"))
     launches: Columns = field(default_factory=lambda: Columns("qdq"))  # correlation, ts, tid
     # ops with FLOPs: start, end, tid, name, recorded, counted from shapes, dtype (PEAKS index)
     flop_ops: Columns = field(default_factory=lambda: Columns("ddqqddb"))
@@ -347,7 +347,11 @@ def _take(trace: RankTrace, event: Any, index: dict[str, int]) -> None:
     if cat in DEVICE_CATS and "stream" in args:
         kind = kernel_class(name)
         corr = args.get("correlation", -1)
-        trace.device.append(ts, end, KINDS.index(kind), trace.name_id(name, index), int(corr))
+        gpu = str(args.get("device", event.get("pid")))
+        gpu_id = int(gpu) if gpu.isdigit() else -1
+        trace.device.append(
+            ts, end, KINDS.index(kind), trace.name_id(name, index), int(corr), gpu_id
+        )
         if kind == "comm":
             found = _device_collective(name, args, ts, end)
             found.corr = int(corr)

@@ -3,7 +3,9 @@
 3x3 stride 2 pad 1, ReLU, Conv2d 8-16 3x3 pad 1 groups 2, Linear 4096-10, batch 4 x 3 x 32 x
 32): the traces whose FLOPs `tests/test_traces.py` counts by hand.
 
-    python tests/jobs/profiled_training.py OUT_DIR {mlp,conv}
+    python tests/jobs/profiled_training.py OUT_DIR {mlp,conv} [all]
+
+`all` records with every option too: with_stack, profile_memory, with_flops.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 import torch
 
 
-def main(out: str, kind: str) -> None:
+def main(out: str, kind: str, options: bool) -> None:
     torch.manual_seed(0)
     if kind == "mlp":
         model: torch.nn.Module = torch.nn.Sequential(
@@ -33,6 +35,9 @@ def main(out: str, kind: str) -> None:
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         record_shapes=True,
+        with_stack=options,
+        profile_memory=options,
+        with_flops=options,
         schedule=torch.profiler.schedule(wait=0, warmup=1, active=3),
         on_trace_ready=torch.profiler.tensorboard_trace_handler(out),
     ) as prof:
@@ -44,4 +49,4 @@ def main(out: str, kind: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:] == ["all"])
