@@ -101,3 +101,8 @@ def summarize_memory_run(run: RunTables) -> pd.DataFrame:
 def summarize_compute_run(run: RunTables) -> pd.DataFrame:
     """The compute summary of a run (GPU names from run.json for % of peak)."""
     return summarize_compute(run.table("compute"), gpu_names(run.info))
+
+
+def matmul_ceilings(run: RunTables) -> pd.DataFrame:
+    """The compute summary of a run that measured it, else an empty frame."""
+    return summarize_compute_run(run) if "compute" in run.tables() else pd.DataFrame()

@@ -87,7 +87,8 @@ def trace(
         measured = _measured(run_spec, out)  # before reading: a bad RUN fails fast
     tables = read_job(directory, jobs)
     if measured is not None:
-        tables.collectives = with_ceiling(tables.collectives, measured[0])
+        if measured[0] is not None:
+            tables.collectives = with_ceiling(tables.collectives, measured[0])
         tables.ranks = with_compute_ceiling(tables.ranks, measured[1])
     found = findings(tables)
     argv = " ".join(["gpuprof", *sys.argv[1:]])
@@ -122,20 +123,21 @@ def _flight(folder: Path, fmt: str) -> None:
 
 
 def _measured(run_spec: str, out: str) -> tuple[Any, Any]:
-    """The run's collectives summary (op, size, world size, busbw) and matmul ceilings."""
+    """The run's collectives summary (op, size, world size, busbw) and matmul ceilings; a
+    UsageError when it measured neither."""
     # deferred: loads pandas
-    import pandas as pd
-
-    # deferred: these load pandas too
     from gpuprof.analysis.bandwidth import measured_busbw
-    from gpuprof.analysis.ceilings import summarize_compute_run
+    from gpuprof.analysis.ceilings import matmul_ceilings
     from gpuprof.runs.store import open_run
 
     run = open_run(run_spec, out)
-    if "compute" not in run.tables():
-        return measured_busbw(run), pd.DataFrame()  # a UsageError when it measured neither
-    colls = measured_busbw(run) if "collectives" in run.tables() else pd.DataFrame()
-    return colls, summarize_compute_run(run)
+    compute = matmul_ceilings(run)
+    try:
+        return measured_busbw(run), compute
+    except UsageError:  # no collectives: the matmul ceilings alone, if it has them
+        if compute.empty:
+            raise
+        return None, compute
 
 
 def _write(path: Path, html: str) -> None:
