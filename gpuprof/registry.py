@@ -37,6 +37,7 @@ SPEC_MODULES = (
     "gpuprof.specs.pipeline",
     "gpuprof.specs.sharded",
     "gpuprof.specs.tp",
+    "gpuprof.specs.moe",
 )
 
 

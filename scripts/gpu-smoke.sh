@@ -7,7 +7,7 @@
 #
 # Steps, each run whatever the one before did (a failed step is listed, not fatal):
 #   1. gpuprof env                                   versions, GPUs, NICs, topology, preflight
-#   2. the standard suite on every visible GPU       every probe, sharded and tp included
+#   2. the standard suite on every visible GPU       every probe, sharded, tp and moe included
 #   3. the ci suite on one GPU, 3 runs               what CI gates on
 #   4. gpuprof baseline of those runs
 #   5. gpuprof check against it (one GPU, a fresh measurement)

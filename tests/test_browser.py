@@ -155,3 +155,20 @@ def test_trace_report_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert not re.findall(r"\b(?:nan|NaN|None)\b", visible), re.findall(
         r".{60}\b(?:nan|NaN|None)\b.{20}", visible
     )
+
+
+def test_moe_section_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
+    """The MoE section: its figure drawn, its findings listed, nothing unreadable."""
+    result = gp(
+        "run", "moe", "--gpus", "2", "--device", "cpu", "--out", tmp_path, "--no-telemetry",
+        "--moe-skew", "0,1,1.5", "--capacity-factor", "0,1", "--moe-tokens", "256",
+        "--budget-ms", "40", "--min-iters", "3", "--warmup", "1",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    dom = rendered_dom(next(tmp_path.iterdir()) / "report.html")
+    assert '<section id="moe">' in dom and "MoE dispatch (slowest rank)" in dom
+    figures = dom.count('class="plotly-graph-div')
+    assert figures >= 1 and len(re.findall(r'<svg class="main-svg"', dom)) >= figures
+    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    visible = re.sub(r"<[^>]+>", " ", visible)
+    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible)

@@ -61,21 +61,19 @@ def test_dispatch_sends_each_expert_its_tokens_at_its_rank(placement: str) -> No
     assert r.imbalance() == pytest.approx(max(received) / (sum(received) / 4))
 
 
-def test_hierarchical_dispatch_crosses_nodes_at_the_same_local_index() -> None:
+def test_hierarchical_dispatch_stays_in_the_node_then_crosses_at_one_local_index() -> None:
     r = routing(1.0, ranks=8, experts=16)
     flat = r.dispatch_tokens()
-    inter, intra = r.hierarchical_tokens(gpus_per_node=4)
+    intra, inter = r.hierarchical_tokens(gpus_per_node=4)
     for src in range(8):
         for hop in range(8):
+            if intra[src][hop]:
+                assert hop // 4 == src // 4  # first only inside the node
             if inter[src][hop]:
-                assert hop % 4 == src % 4  # across nodes only to the same local index
-        assert sum(inter[src]) == sum(flat[src])
-    for hop in range(8):
-        for dst in range(8):
-            if intra[hop][dst]:
-                assert hop // 4 == dst // 4  # then only inside the node
+                assert hop % 4 == src % 4  # then across nodes at the same local index
+        assert sum(intra[src]) == sum(flat[src])
     for dst in range(8):
-        assert sum(intra[h][dst] for h in range(8)) == sum(flat[s][dst] for s in range(8))
+        assert sum(inter[h][dst] for h in range(8)) == sum(flat[s][dst] for s in range(8))
 
 
 def test_apportion_keeps_the_total_and_the_cap() -> None:

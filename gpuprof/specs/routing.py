@@ -19,9 +19,10 @@ The model (every rank routes alike, as a gate with a fixed load per expert does)
   (e % ranks);
 - a dispatch sends each kept token's hidden vector to the rank of its expert (itself
   included: that part is a local copy); the combine sends it back;
-- hierarchically (DeepEP's and Tutel's layout, `gpus_per_node` ranks a node): first across
-  nodes, each token to the rank of the destination node with the sender's own local index,
-  then inside that node to the expert's rank.
+- hierarchically (Tutel's 2D all-to-all, `gpus_per_node` ranks a node): first inside the
+  node, each token to the rank with its destination's local index, then across nodes between
+  the ranks of that local index, so the network carries one exchange per pair of nodes and
+  local index instead of one per pair of ranks.
 """
 
 from __future__ import annotations
@@ -130,20 +131,21 @@ class Routing:
         return [list(per_rank) for _ in range(self.ranks)]  # every rank routes alike
 
     def hierarchical_tokens(self, gpus_per_node: int) -> tuple[list[list[int]], list[list[int]]]:
-        """The two stages of a hierarchical dispatch, [src][dst] tokens each: across nodes to
-        the same local index, then inside the node to the expert's rank."""
+        """The two stages of a hierarchical dispatch, [src][dst] tokens each: inside the node
+        to the rank with the destination's local index, then across nodes between ranks of
+        the same local index (Tutel's 2D all-to-all)."""
         if self.ranks % gpus_per_node:
             raise UsageError(f"{self.ranks} ranks are not whole nodes of {gpus_per_node}")
         flat = self.dispatch_tokens()
-        inter = [[0] * self.ranks for _ in range(self.ranks)]
         intra = [[0] * self.ranks for _ in range(self.ranks)]
+        inter = [[0] * self.ranks for _ in range(self.ranks)]
         for src in range(self.ranks):
-            local = src % gpus_per_node
+            node = src // gpus_per_node
             for dst in range(self.ranks):
-                hop = (dst // gpus_per_node) * gpus_per_node + local
-                inter[src][hop] += flat[src][dst]
-                intra[hop][dst] += flat[src][dst]
-        return inter, intra
+                hop = node * gpus_per_node + dst % gpus_per_node
+                intra[src][hop] += flat[src][dst]
+                inter[hop][dst] += flat[src][dst]
+        return intra, inter
 
     def imbalance(self) -> float:
         """Tokens received by the busiest rank over the mean (1 = balanced)."""

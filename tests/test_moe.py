@@ -1,0 +1,81 @@
+"""The MoE probe on real gloo ranks: every rank's dispatch bytes against a direct count of the
+routing rule (Zipf shares, top-k, capacity), tokens dropped, data checked, and the report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gpuprof.analysis.moe import summarize_moe
+from gpuprof.runs.store import open_run
+from tests.conftest import Gp
+
+TOKENS, HIDDEN, TOP_K, PER_RANK = 64, 32, 2, 2
+
+
+def theory(ranks: int, skew: float, factor: float) -> tuple[list[int], int]:
+    """Bytes each rank sends the others in a dispatch, and tokens each drops: every rank's
+    2 x 64 choices over 2 experts a rank by the Zipf shares (largest remainder, each expert
+    taking a token once), capped at floor(factor x 64 x 2 / experts) per expert."""
+    experts = PER_RANK * ranks
+    law = [1 / (e + 1) ** skew for e in range(experts)]
+    exact = [TOKENS * TOP_K * w / sum(law) for w in law]
+    assert max(exact) <= TOKENS  # these skews never cap an expert at the token count
+    counts = [math.floor(x) for x in exact]
+    for e in sorted(range(experts), key=lambda e: (counts[e] - exact[e], e))[
+        : TOKENS * TOP_K - sum(counts)
+    ]:
+        counts[e] += 1
+    cap = math.floor(factor * TOKENS * TOP_K / experts) if factor else TOKENS
+    kept = [min(c, cap) for c in counts]
+    sent = [
+        sum(k for e, k in enumerate(kept) if e // PER_RANK != rank) * HIDDEN * 4
+        for rank in range(ranks)
+    ]
+    return sent, sum(counts) - sum(kept)
+
+
+@pytest.mark.gloo("moe")
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_dispatch_bytes_and_drops_are_the_routing_rules(ranks: int, tmp_path: Path, gp: Gp) -> None:
+    result = gp(
+        "run", "moe", "--gpus", str(ranks), "--device", "cpu", "--out", tmp_path,
+        "--moe-skew", "0,0.5,1", "--capacity-factor", "0,1",
+        "--moe-tokens", str(TOKENS), "--moe-hidden", str(HIDDEN),
+        "--budget-ms", "40", "--min-iters", "3", "--warmup", "1",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    run = open_run(next(tmp_path.iterdir()))
+    frame = run.table("moe")
+    summary = summarize_moe(frame)
+    assert len(summary) == 6 and (summary["nwrong"] == 0).all()
+    assert (summary["sent_ratio"] == 1.0).all()
+    per_rank = frame.groupby(["skew", "capacity_factor", "rank"])["sent_bytes"].agg(["min", "max"])
+    for (skew, factor, rank), row in per_rank.iterrows():
+        sent, dropped = theory(ranks, float(skew), float(factor))
+        assert row["min"] == row["max"] == sent[int(rank)], (skew, factor, rank)
+        case = summary[(summary["skew"] == skew) & (summary["capacity_factor"] == factor)]
+        assert int(case["dropped"].iloc[0]) == dropped
+    uniform = summary[(summary["skew"] == "0") & (summary["capacity_factor"] == 0)].iloc[0]
+    skewed = summary[(summary["skew"] == "1") & (summary["capacity_factor"] == 0)].iloc[0]
+    assert uniform["imbalance"] == 1.0 and skewed["imbalance"] > 1.3
+    assert (summary["busbw_gbps"] > 0).all()
+    html = (run.path / "report.html").read_text()
+    assert 'id="moe"' in html
+    prom = gp("export", "prometheus", run.path).out
+    assert "gpuprof_moe_dispatch_seconds" in prom
+
+
+def test_bad_moe_options_are_one_line(tmp_path: Path, gp: Gp) -> None:
+    (tmp_path / "counts.txt").write_text("5 3 2")
+    for argv, message in (
+        (["--moe-skew", "-1"], "invalid --moe-skew"),
+        (["--moe-placement", "random"], "unknown expert placement"),
+        (["--moe-routing", str(tmp_path / "nope.json")], "invalid --moe-routing"),
+        (["--moe-routing", str(tmp_path / "counts.txt")], "3 experts"),
+    ):
+        result = gp("run", "moe", "--gpus", "2", "--device", "cpu", "--dry-run", *argv)
+        assert result.code == 2 and message in result.err, (argv, result.err)
+        assert len(result.err.strip().splitlines()) == 1
