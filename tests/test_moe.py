@@ -4,6 +4,9 @@ routing rule (Zipf shares, top-k, capacity), tokens dropped, data checked, and t
 from __future__ import annotations
 
 import math
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,33 @@ def test_bad_moe_options_are_one_line(tmp_path: Path, gp: Gp) -> None:
         result = gp("run", "moe", "--gpus", "2", "--device", "cpu", "--dry-run", *argv)
         assert result.code == 2 and message in result.err, (argv, result.err)
         assert len(result.err.strip().splitlines()) == 1
+
+
+@pytest.mark.gloo("moe")
+def test_hierarchical_dispatch_on_two_nodes_over_loopback(tmp_path: Path) -> None:
+    """Two nodes of two ranks (the manual launcher, both on this machine): the hierarchical
+    layout's two stages deliver every token (checked) and send the plan's bytes."""
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def argv(node: int) -> list[str]:
+        return [
+            sys.executable, "-m", "gpuprof", "run", "moe", "--launcher", "manual",
+            "--nodes", "2", "--gpus", "2", "--node-rank", str(node),
+            "--master-addr", "127.0.0.1", "--master-port", str(port), "--device", "cpu",
+            "--out", str(tmp_path / f"n{node}"), "--moe-skew", "0,1",
+            "--capacity-factor", "0,1", "--moe-tokens", "128", "--budget-ms", "40",
+            "--min-iters", "3", "--warmup", "1", "--no-telemetry",
+        ]  # fmt: skip
+
+    procs = [
+        subprocess.Popen(argv(n), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for n in (0, 1)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    run = open_run(next((tmp_path / "n0").iterdir()))
+    summary = summarize_moe(run.table("moe"))
+    assert set(summary["layout"]) == {"flat", "hierarchical"} and len(summary) == 8
+    assert (summary["nwrong"] == 0).all() and (summary["sent_ratio"] == 1.0).all()
