@@ -41,7 +41,7 @@ def theory(ranks: int, skew: float, factor: float) -> tuple[list[int], int]:
 
 
 @pytest.mark.gloo("moe")
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_dispatch_bytes_and_drops_are_the_routing_rules(ranks: int, tmp_path: Path, gp: Gp) -> None:
     result = gp(
         "run", "moe", "--gpus", str(ranks), "--device", "cpu", "--out", tmp_path,
@@ -85,6 +85,7 @@ def test_bad_moe_options_are_one_line(tmp_path: Path, gp: Gp) -> None:
 
 
 @pytest.mark.gloo("moe")
+@pytest.mark.slow
 def test_hierarchical_dispatch_on_two_nodes_over_loopback(tmp_path: Path) -> None:
     """Two nodes of two ranks (the manual launcher, both on this machine): the hierarchical
     layout's two stages deliver every token (checked) and send the plan's bytes."""
