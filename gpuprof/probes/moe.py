@@ -1,8 +1,9 @@
 """A mixture-of-experts layer's token dispatch and combine over every rank: per routing (skew
 or histogram, capacity factor, placement; `specs.routing`'s plan) and layout, one iteration is
 the dispatch (`all_to_all_single` with the plan's uneven splits: each kept token's hidden
-vector to its expert's rank) then the combine (the reverse), each timed on its own after a
-device sync; the slowest rank's time is what every rank of the layer waits for.
+vector to its expert's rank) then the combine (the reverse), each started on every rank
+together (a barrier, not timed) and timed on its own after a device sync; the slowest rank's
+time is what every rank of the layer waits for.
 
 Hierarchical: inside the node first (to the rank with the destination's local index, on the
 node's group), then across nodes on the group of that local index (one rank per node), with
@@ -147,15 +148,20 @@ class Layer:
                 data = data.index_select(0, self.restore)
 
     def round(self) -> dict[str, float]:
+        """Dispatch, then combine, each started on every rank together (a barrier, not
+        timed): without it a rank's dispatch would also time its peers' previous combine."""
+        dist.barrier()
         t0 = synced_clock(self.ctx)
         self.dispatch()
         t1 = synced_clock(self.ctx)
-        self.combine()
+        dist.barrier()
         t2 = synced_clock(self.ctx)
+        self.combine()
+        t3 = synced_clock(self.ctx)
         return {
-            "time_us": (t2 - t0) / 1e3,
+            "time_us": (t1 - t0 + t3 - t2) / 1e3,
             "dispatch_us": (t1 - t0) / 1e3,
-            "combine_us": (t2 - t1) / 1e3,
+            "combine_us": (t3 - t2) / 1e3,
             "sent_bytes": float(self.sent),
         }
 
