@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.analysis import RunTables, require_columns
+from gpuprof.units import DTYPE_BYTES
 
 KEYS = ["skew", "capacity_factor", "placement", "layout", "world_size", "num_nodes", "group"]
 PER_CASE = ["experts", "top_k", "tokens", "hidden", "dtype", "kept_tokens", "dropped", "imbalance"]
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def summarize_moe(frame: pd.DataFrame) -> pd.DataFrame:

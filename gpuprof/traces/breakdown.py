@@ -36,15 +36,11 @@ from gpuprof.traces.mfu import (
     step_flops,
     uncounted,
 )
-from gpuprof.traces.phases import step_phases
+from gpuprof.traces.phases import spans_of, step_phases
 from gpuprof.traces.reader import KINDS, RankTrace
 
 PARTS = ["compute_us", "exposed_comm_us", "other_us", "input_us", "idle_us"]
 TOP_OPS = 10
-
-
-def _spans(rows: list[tuple[float, float]]) -> Spans:
-    return merge([r[0] for r in rows], [r[1] for r in rows]) if rows else EMPTY
 
 
 def _window(trace: RankTrace) -> tuple[list[tuple[int, float, float]], float]:
@@ -161,7 +157,7 @@ class _Device:
 def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per step rows, and the rank's row over the window."""
     steps, before = _window(trace)
-    inputs = _spans(trace.inputs)
+    inputs = spans_of(trace.inputs)
     rows: list[dict[str, Any]] = []
     if trace.on_device:
         device = _Device(trace)
@@ -180,7 +176,7 @@ def rank_breakdown(trace: RankTrace) -> tuple[list[dict[str, Any]], dict[str, An
         op_start, op_end, _, _ = trace.ops.arrays()
         ops = merge(op_start, op_end)
         comm = union(
-            _spans([(c.start, c.end) for c in trace.collectives]), _spans(trace.comm_calls)
+            spans_of([(c.start, c.end) for c in trace.collectives]), spans_of(trace.comm_calls)
         )
         phases = step_phases(trace, trace.steps)
         for number, lo, hi in trace.steps:

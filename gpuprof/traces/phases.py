@@ -29,7 +29,8 @@ BACKWARD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|Accumu
 PHASES = ("forward_us", "backward_us", "optimizer_us")
 
 
-def _spans(rows: list[tuple[float, float]]) -> Spans:
+def spans_of(rows: list[tuple[float, float]]) -> Spans:
+    """(start, end) rows as one merged interval set."""
     return merge([r[0] for r in rows], [r[1] for r in rows]) if rows else EMPTY
 
 
@@ -54,16 +55,16 @@ def host_phases(
     forward_marks = [(a, b) for kind, a, b in trace.marks if kind == "forward" and lo <= a < b0]
     after = [a for a, _ in optimizer if a >= b0]
     b1 = min(after) if after else float(end[backward].max())
-    inputs = clip(_spans(trace.inputs), lo, hi)
-    opt = _spans(optimizer)
+    inputs = clip(spans_of(trace.inputs), lo, hi)
+    opt = spans_of(optimizer)
     if forward_marks:
-        forward = _spans(forward_marks)
+        forward = spans_of(forward_marks)
     else:
         before = [b for a, b in trace.inputs if lo <= b <= b0]
-        forward = _spans([(max([lo, *before]), b0)])
+        forward = spans_of([(max([lo, *before]), b0)])
     return {
         "forward_us": subtract(subtract(forward, inputs), opt),
-        "backward_us": subtract(_spans([(b0, b1)]), opt),
+        "backward_us": subtract(spans_of([(b0, b1)]), opt),
         "optimizer_us": clip(opt, lo, hi),
     }
 
