@@ -38,6 +38,7 @@ SPEC_MODULES = (
     "gpuprof.specs.sharded",
     "gpuprof.specs.tp",
     "gpuprof.specs.moe",
+    "gpuprof.specs.concurrent",
 )
 
 

@@ -14,7 +14,10 @@
 # (mesh: interface ${GPNS_PREFIX}d$K at 10.213.1.(K+1), reached over one shaped link per pair);
 # GPNS_PREFIX (default gp) keeps concurrent clusters apart. Traffic between two nodes crosses
 # two shaped links (the sender's and the receiver's), each limited in its egress direction
-# with tbf: that rate is what the pair gets. Needs root and iproute2.
+# with tbf: that rate is what the pair gets. GPNS_QUEUE (tbf latency, default 400ms) is how
+# long a packet may wait in a link's queue: a shallow queue (say 20ms) keeps the ACKs of one
+# direction from waiting behind the other direction's data, as a switch's small buffers do.
+# Needs root and iproute2.
 set -euo pipefail
 P=${GPNS_PREFIX:-gp}
 SW=${P}sw
@@ -22,7 +25,7 @@ SW=${P}sw
 addr() { echo "10.213.0.$(($1 + 1))"; }
 
 shape() {  # namespace device rate
-    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 64kb latency 400ms
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 64kb latency "${GPNS_QUEUE:-400ms}"
 }
 
 up() {

@@ -107,9 +107,14 @@ def manual_sweep_argv(
 
 
 @contextmanager
-def emulated_cluster(nodes: int, rate: str, *custom: str, mesh: bool = False) -> Iterator[Cluster]:
-    """Build the cluster (bridge, or mesh: a link per pair), yield it, always tear it down."""
+def emulated_cluster(
+    nodes: int, rate: str, *custom: str, mesh: bool = False, queue: str | None = None
+) -> Iterator[Cluster]:
+    """Build the cluster (bridge, or mesh: a link per pair), yield it, always tear it down;
+    `queue`: how long a packet may wait in a link's queue (the script's GPNS_QUEUE)."""
     cluster = Cluster(f"g{os.getpid() % 10000}", nodes, mesh)
+    if queue is not None:
+        cluster.env["GPNS_QUEUE"] = queue
     cluster.script("down")
     try:
         cluster.script("mesh" if mesh else "up", str(nodes), rate, *custom)

@@ -26,7 +26,8 @@ pytestmark = [
 
 
 def rendered_dom(report: Path) -> str:
-    """The report's DOM after its scripts ran (plotly draws an svg per figure)."""
+    """The report's DOM after its scripts ran (plotly draws an svg per figure), once no
+    console message was logged."""
     assert CHROMIUM is not None
     done = subprocess.run(
         [
@@ -35,6 +36,7 @@ def rendered_dom(report: Path) -> str:
             "--no-sandbox",
             "--disable-gpu",
             "--virtual-time-budget=10000",
+            "--enable-logging=stderr",
             "--dump-dom",
             report.as_uri(),
         ],
@@ -43,7 +45,19 @@ def rendered_dom(report: Path) -> str:
         timeout=120,
         check=True,
     )
+    # what the page's scripts logged (errors, uncaught exceptions): a report logs nothing
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console
     return done.stdout
+
+
+def assert_readable(dom: str) -> None:
+    """No "nan" or "None" in what a reader sees."""
+    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    visible = re.sub(r"<[^>]+>", " ", visible)
+    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible), re.findall(
+        r".{60}\b(?:nan|NaN|None)\b.{20}", visible
+    )
 
 
 def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
@@ -103,11 +117,7 @@ def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert re.search(r'<nav class="muted toc" id="contents">.*href="#overview"', dom, re.S)
     # no "nan" or "None" in what a reader sees (the zero-bubble schedules have no closed-form
     # theory: the findings say so), and the method list comes after the data
-    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
-    visible = re.sub(r"<[^>]+>", " ", visible)
-    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible), re.findall(
-        r".{60}\bnan\b.{20}", visible
-    )
+    assert_readable(dom)
     assert dom.index('<section id="overview">') < dom.index('id="method"')
 
 
@@ -150,11 +160,7 @@ def test_trace_report_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert figures == 2  # the per-rank breakdown, the collectives' wait and transfer
     assert len(re.findall(r'<svg class="main-svg"', dom)) >= figures
     assert "Where each rank's time goes" in dom and "Who arrives last" in dom
-    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
-    visible = re.sub(r"<[^>]+>", " ", visible)
-    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible), re.findall(
-        r".{60}\b(?:nan|NaN|None)\b.{20}", visible
-    )
+    assert_readable(dom)
 
 
 def test_moe_section_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
@@ -169,6 +175,19 @@ def test_moe_section_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
     assert '<section id="moe">' in dom and "MoE dispatch (slowest rank)" in dom
     figures = dom.count('class="plotly-graph-div')
     assert figures >= 1 and len(re.findall(r'<svg class="main-svg"', dom)) >= figures
-    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
-    visible = re.sub(r"<[^>]+>", " ", visible)
-    assert not re.findall(r"\b(?:nan|NaN|None)\b", visible)
+    assert_readable(dom)
+
+
+def test_concurrent_section_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
+    """The concurrent-collectives section: its figure drawn, nothing unreadable."""
+    result = gp(
+        "run", "concurrent", "--gpus", "2", "--device", "cpu", "--out", tmp_path,
+        "--no-telemetry", "--concurrent-pairs", "all_reduce+dispatch",
+        "--concurrent-sizes", "64K", "--budget-ms", "40", "--min-iters", "3", "--warmup", "1",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    dom = rendered_dom(next(tmp_path.iterdir()) / "report.html")
+    assert '<section id="concurrent">' in dom and "Each collective beside the other" in dom
+    figures = dom.count('class="plotly-graph-div')
+    assert figures >= 1 and len(re.findall(r'<svg class="main-svg"', dom)) >= figures
+    assert_readable(dom)

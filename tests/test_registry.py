@@ -201,7 +201,7 @@ def test_studies_join_from_the_standard_suite() -> None:
     """The quick suite keeps to its first look; the training-strategy studies run from the
     standard suite on, or in any suite when named."""
     quick = registry.suite_probes("quick", "cpu")
-    assert quick == NAMES[:6] and registry.beyond_quick() == ("sharded", "tp", "moe")
+    assert quick == NAMES[:6] and registry.beyond_quick() == ("sharded", "tp", "moe", "concurrent")
     assert (
         registry.suite_probes("standard", "cuda") == NAMES == registry.suite_probes("full", "cpu")
     )
