@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis.moe import summarize_moe
+from gpuprof.analysis.summary import summarize_run
 from gpuprof.runs.store import open_run
 from tests.conftest import Gp
 
@@ -69,6 +70,20 @@ def test_dispatch_bytes_and_drops_are_the_routing_rules(ranks: int, tmp_path: Pa
     assert 'id="moe"' in html
     prom = gp("export", "prometheus", run.path).out
     assert "gpuprof_moe_dispatch_seconds" in prom
+    # the equal-split dispatches (skew 0: 2 x 64 choices, 32 per expert; capacity 1 drops
+    # none) as nccl-tests' alltoall_perf: read back by `import nccl-tests`, the same row
+    log = tmp_path / "alltoall.txt"
+    assert gp("export", "nccl-tests", run.path, "-o", log).code == 0
+    assert "alltoall_perf" in log.read_text() and "MoE dispatch, equal splits" in log.read_text()
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "imported", "--nodes", "1",
+             "--gpus", str(ranks))  # fmt: skip
+    assert got.code == 0, got.err
+    back = summarize_run(open_run(got.out.strip().splitlines()[-1]), "collectives")
+    equal = summary[(summary["skew"] == "0")]
+    assert set(back["op"]) == {"all_to_all"} and len(back) == 2  # out-of-place, in-place
+    assert back["size_bytes"].iloc[0] == TOKENS * TOP_K * HIDDEN * 4
+    assert back["time_us"].iloc[0] == pytest.approx(equal["dispatch_us"].max(), rel=1e-3)
+    assert back["busbw_gbps"].iloc[0] == pytest.approx(equal["busbw_gbps"].min(), rel=1e-2)
 
 
 def test_bad_moe_options_are_one_line(tmp_path: Path, gp: Gp) -> None:

@@ -120,6 +120,9 @@ class Layer:
     def _exchange(
         self, out: torch.Tensor, inp: torch.Tensor, recv: list[int], send: list[int], group: Any
     ) -> None:
+        if len(set(send)) == 1 and len(set(recv)) == 1:  # equal splits: nccl-tests' alltoall,
+            dist.all_to_all_single(out, inp, group=group)  # the collectives probe's call
+            return
         dist.all_to_all_single(
             out, inp, output_split_sizes=recv, input_split_sizes=send, group=group
         )

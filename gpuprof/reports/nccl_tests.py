@@ -107,8 +107,9 @@ def _header(program: str, op: str, note: str, places: set[bool]) -> list[str]:
     return lines
 
 
-def nccl_tests_text(summary: pd.DataFrame) -> str:
-    """Every op, dtype, scope and world size of a collectives summary as nccl-tests blocks."""
+def nccl_tests_text(summary: pd.DataFrame, label: str = "") -> str:
+    """Every op, dtype, scope and world size of a collectives summary as nccl-tests blocks
+    (`label` opens each block's note: what measured it, when not the collectives probe)."""
     blocks = []
     keys = ["op", "dtype", "scope", "world_size"]
     slowest = summary.sort_values("time_us").groupby([*keys, "size_bytes", "in_place"]).tail(1)
@@ -116,7 +117,8 @@ def nccl_tests_text(summary: pd.DataFrame) -> str:
         op, dtype = str(op), str(dtype)
         n = int(str(world))
         groups = summary[(summary["op"] == op) & (summary["scope"] == scope)]["group"].nunique()
-        note = f"scope {scope}, {n} ranks" + (f", slowest of {groups} groups" if groups > 1 else "")
+        note = f"{label}scope {scope}, {n} ranks"
+        note += f", slowest of {groups} groups" if groups > 1 else ""
         lines = _header(PROGRAMS[op], op, note, {bool(p) for p in rows["in_place"]})
         busbws, wrong = [], 0
         for size_key, by_place in rows.groupby("size_bytes", sort=True):
@@ -169,7 +171,8 @@ def run_text(run: Run, table: str | None = None) -> str:
     for spec in present:
         summary = summarize_run(run, spec.name)
         if spec.nccl_tests is not None and not summary.empty:
-            texts.append(registry.load(spec.nccl_tests)(summary))
+            text = registry.load(spec.nccl_tests)(summary)
+            texts.extend([text] if text else [])  # a probe may have no case of that shape
     if not texts:
         raise UsageError(f"run {run.path} has no {names} case", "measure them with gpuprof sweep")
     return "".join(texts)

@@ -253,6 +253,7 @@ SPEC = ProbeSpec(
         ("nwrong", "#wrong"),
     ),
     section="gpuprof.reports.sections.moe:section",
+    nccl_tests="gpuprof.reports.sections.moe:nccl_tests",
     advice="gpuprof.advice.moe:findings",
     suites=("standard", "full"),
     metrics=(

@@ -8,7 +8,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from gpuprof.analysis.summary import Analyzed
+from gpuprof.reports.nccl_tests import nccl_tests_text
 from gpuprof.reports.sections import Figures, Note, Section, embed, summary_table
+from gpuprof.units import DTYPE_BYTES
 
 METHOD = (
     "moe: per routing (Zipf skew of the experts' load or a histogram, capacity factor, "
@@ -79,3 +81,26 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
             method=[METHOD],
         )
     ]
+
+
+def nccl_tests(summary: Any) -> str:
+    """The flat dispatches with equal splits (every rank sends every rank as many tokens: the
+    imbalance 1, nothing dropped) in nccl-tests' layout, as alltoall_perf rows: size = a
+    rank's dispatch buffer, the dispatch's time (the slowest rank's, median), busbw by the
+    same convention; "" when there is none."""
+    equal = summary[
+        (summary["layout"] == "flat") & (summary["imbalance"] == 1.0) & (summary["dropped"] == 0)
+    ]
+    if equal.empty:
+        return ""
+    size = equal["kept_tokens"] * equal["hidden"] * equal["dtype"].map(DTYPE_BYTES)
+    rows = equal.assign(
+        op="all_to_all",
+        scope="global",
+        size_bytes=size.astype(int),
+        in_place=False,
+        redop="none",
+        time_us=equal["dispatch_us"],
+        algbw_gbps=size / equal["dispatch_us"] / 1e3,
+    )
+    return nccl_tests_text(rows, label="MoE dispatch, equal splits, ")
