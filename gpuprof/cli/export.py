@@ -44,8 +44,9 @@ def export() -> None:
 @click.option("-o", "output", type=click.Path(), help="file to write [default: stdout]")
 @out_option
 def export_nccl_tests(run_spec: str, output: str | None, out: str) -> None:
-    """The collectives in nccl-tests' output layout (one block per op, dtype, scope and world
-    size, like one run of <op>_perf), for scripts that parse nccl-tests.
+    """The collectives (and MoE dispatches with equal splits, as alltoall) in nccl-tests'
+    output layout (one block per op, dtype, scope and world size, like one run of <op>_perf),
+    for scripts that parse nccl-tests.
 
     Example: gpuprof export nccl-tests latest -o all_reduce.txt
     """
