@@ -42,6 +42,8 @@ def test_two_collectives_on_two_groups(tmp_path: Path, gp: Gp) -> None:
     assert rows.loc[("all_reduce+dispatch", 262144), "b_bytes"] == 262144
     assert rows.loc[("all_gather+all_to_all", 65536), "a_bytes"] == 65536
     assert "Collectives at the same time" in (run.path / "report.html").read_text()
+    shown = gp("show", run.path)  # no --table: the run's only probe, not collectives
+    assert shown.code == 0 and "all_reduce+dispatch" in shown.out, shown.err
 
 
 def test_bad_pair_is_one_line(gp: Gp, tmp_path: Path) -> None:

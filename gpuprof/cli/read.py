@@ -20,10 +20,9 @@ from gpuprof.units import format_size
 @click.argument("run_spec", metavar="RUN")
 @click.option(
     "--table",
-    default=registry.names()[0],
-    show_default=True,
+    default=None,
     type=click.Choice(registry.names()),
-    help="which probe's summary",
+    help="which probe's summary [default: the run's first probe, in a sweep's order]",
 )
 @click.option(
     "--format",
@@ -34,7 +33,7 @@ from gpuprof.units import format_size
     help="nccl-tests: the collectives in nccl-tests' own output layout",
 )
 @out_option
-def show(run_spec: str, table: str, fmt: str, out: str) -> None:
+def show(run_spec: str, table: str | None, fmt: str, out: str) -> None:
     """Print one summary row per case of a run's table.
 
     Example: gpuprof show latest --table collectives --format json
@@ -48,6 +47,11 @@ def show(run_spec: str, table: str, fmt: str, out: str) -> None:
     from gpuprof.runs.store import open_run
 
     run_obj = open_run(run_spec, out)
+    if table is None:  # the run's first probe (a `run moe` has no collectives)
+        measured = [
+            s.name for s in registry.specs().values() if set(s.table_names) <= set(run_obj.tables())
+        ]
+        table = measured[0] if measured else registry.names()[0]
     missing = [t for t in registry.get(table).table_names if t not in run_obj.tables()]
     if missing:
         have = ", ".join(run_obj.tables()) or "none"
