@@ -13,7 +13,12 @@ import pytest
 
 from gpuprof.analysis.moe import summarize_moe
 from gpuprof.analysis.summary import summarize_run
+from gpuprof.machine.systems import load_system
+from gpuprof.predict.collectives import Collective
+from gpuprof.predict.moe import MoEBasis, predict_moe
+from gpuprof.predict.network import SystemNetwork
 from gpuprof.runs.store import open_run
+from gpuprof.specs.routing import Routing, zipf_weights
 from tests.conftest import Gp
 
 TOKENS, HIDDEN, TOP_K, PER_RANK = 64, 32, 2, 2
@@ -84,6 +89,11 @@ def test_dispatch_bytes_and_drops_are_the_routing_rules(ranks: int, tmp_path: Pa
     assert back["size_bytes"].iloc[0] == TOKENS * TOP_K * HIDDEN * 4
     assert back["time_us"].iloc[0] == pytest.approx(equal["dispatch_us"].max(), rel=1e-3)
     assert back["busbw_gbps"].iloc[0] == pytest.approx(equal["busbw_gbps"].min(), rel=1e-2)
+    # the layer at other node and expert counts, on a described system
+    predicted = gp("predict", run.path, "--hardware", "dgx-h100", "--nodes", "1,4", "--experts",
+                   "64")  # fmt: skip
+    assert predicted.code == 0, predicted.err
+    assert "MoE layer, predicted" in predicted.out and "preset dgx-h100" in predicted.out
 
 
 def test_bad_moe_options_are_one_line(tmp_path: Path, gp: Gp) -> None:
@@ -128,3 +138,69 @@ def test_hierarchical_dispatch_on_two_nodes_over_loopback(tmp_path: Path) -> Non
     summary = summarize_moe(run.table("moe"))
     assert set(summary["layout"]) == {"flat", "hierarchical"} and len(summary) == 8
     assert (summary["nwrong"] == 0).all() and (summary["sent_ratio"] == 1.0).all()
+
+
+def _basis(skew: str, dispatch_us: float = 0.0, combine_us: float = 0.0) -> MoEBasis:
+    """4096 tokens of 7168 bf16 values, top-8 of 8 experts a rank, measured (when the times
+    are given) on 2 nodes of 8."""
+    return MoEBasis(
+        label=skew, weights=(), tokens=4096, hidden=7168, dtype="bfloat16", top_k=8,
+        experts_per_rank=8, capacity_factor=0.0, placement="contiguous", nodes=2, gpus=8,
+        dispatch_us=dispatch_us, combine_us=combine_us,
+    )  # fmt: skip
+
+
+class LinearNetwork:
+    """An all_to_all whose time is its buffer over 10 GB/s (to read the sizes asked)."""
+
+    def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
+        assert op == "all_to_all"
+        return Collective(time_us=size / 1e4, busbw_gbps=10.0, rel=0.0, algorithm="p2p")
+
+    def changed(self, change: object) -> LinearNetwork:
+        return self
+
+
+def test_predicted_dispatch_equal_splits_are_the_all_to_all() -> None:
+    """Uniform routing of every rank's 4096 x 8 choices over 8 experts a rank: equal splits,
+    so the layer is NCCL's all_to_all of a rank's buffer, on the preset's own model."""
+    net = SystemNetwork(load_system("dgx-h100"))
+    notes: list[str] = []
+    found = predict_moe([_basis("0")], net, (2, 4, 16), 8, "nccl", None, notes)
+    assert list(found["nodes"]) == [2, 4, 16] and not notes
+    buffer = 4096 * 8 * 7168 * 2
+    for row in found.to_dict("records"):
+        alone = net.collective("all_to_all", row["nodes"], 8, buffer, "nccl")
+        assert row["imbalance"] == 1.0
+        assert row["dispatch_us"] == pytest.approx(alone.time_us, rel=1e-9)
+        # the busiest rank's bytes from other nodes: (n - 8) / n of its buffer
+        n = row["world_size"]
+        assert row["net_bytes"] == buffer * (n - 8) // n
+
+
+def test_predicted_dispatch_follows_the_busiest_rank_and_the_measurement() -> None:
+    """Skewed: the layer waits for the busiest rank's received bytes (x n / (n - 1) as an
+    all_to_all's buffer); measured at its own shape, the prediction there is the measurement
+    and the ratio carries to the others; --experts fixes the expert count."""
+    found = predict_moe([_basis("1.2")], LinearNetwork(), (2, 4), 8, "nccl", None, [])
+    for row in found.to_dict("records"):
+        n = row["world_size"]
+        routing = Routing(
+            ranks=n, tokens=4096, experts=8 * n, top_k=8, weights=tuple(zipf_weights(8 * n, 1.2))
+        )
+        flat = routing.dispatch_tokens()
+        hot = max(sum(flat[s][d] for s in range(n) if s != d) for d in range(n))
+        assert row["dispatch_us"] == pytest.approx(hot * 7168 * 2 * n / (n - 1) / 1e4)
+        assert row["imbalance"] == round(routing.imbalance(), 3) > 1.5
+    measured = _basis("1.2", dispatch_us=5000.0, combine_us=6000.0)
+    found = predict_moe([measured], LinearNetwork(), (2, 4), 8, "nccl", None, [])
+    assert found["dispatch_us"].iloc[0] == pytest.approx(5000.0)
+    assert found["combine_us"].iloc[0] == pytest.approx(6000.0)
+    model = found["model_us"]
+    assert found["dispatch_us"].iloc[1] == pytest.approx(model.iloc[1] * 5000 / model.iloc[0])
+    assert "measured dispatch at 2x8" in found["source"].iloc[1]
+    notes: list[str] = []
+    fixed = predict_moe([_basis("1.2")], LinearNetwork(), (2, 4), 8, "nccl", 256, notes)
+    assert list(fixed["experts"]) == [256, 256] and not notes
+    odd = predict_moe([_basis("1.2")], LinearNetwork(), (2, 3), 8, "nccl", 64, notes)
+    assert list(odd["nodes"]) == [2] and "64 experts do not divide over 24 ranks" in notes[0]

@@ -80,6 +80,11 @@ def _positive(name: str, value: float | None) -> float | None:
 @click.option("--accum", type=click.IntRange(1, 1024), help="what-if: gradient accumulation steps")
 @click.option("--micro-batches", "micro_text", help="pipeline micro-batch counts, e.g. 8,16")
 @click.option(
+    "--experts",
+    type=click.IntRange(1, None),
+    help="a MoE layer's experts in all, e.g. 256 [default: as many a rank as the run had]",
+)
+@click.option(
     "--calibrate-with",
     "also",
     multiple=True,
@@ -139,6 +144,7 @@ def predict(run_spec: str, fmt: str, out: str, also: tuple[str, ...], **kw: Any)
         bucket_mb=kw["bucket_mb"],
         accum=kw["accum"],
         micro_batches=micro,
+        experts=kw["experts"],
     )
     others = tuple(Analyzed(open_run(spec, out)) for spec in also)
     found = run_predict(Analyzed(open_run(run_spec, out)), request, others)

@@ -28,6 +28,7 @@ from gpuprof.predict.calibrations import calibration_notes, measured_calibration
 from gpuprof.predict.collectives import WhatIf, links_for
 from gpuprof.predict.ddp import DDPBasis, ddp_basis, predict_ddp
 from gpuprof.predict.fits import Fit, fit_collectives, fits_frame
+from gpuprof.predict.moe import MOE, moe_prediction
 from gpuprof.predict.nccl import OPS
 from gpuprof.predict.network import (
     CalibratedNetwork,
@@ -71,6 +72,7 @@ class Prediction:
     crossings: dict[float, int | None]
     assumptions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    moe: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (`predict --format json`)."""
@@ -93,6 +95,7 @@ class Prediction:
             DDP: records(self.ddp),
             "whatifs": records(self.whatifs),
             PIPELINE: records(self.pipeline),
+            MOE: records(self.moe),
             "efficiency_below": {f"{int(100 * k)}%": v for k, v in self.crossings.items()},
             "assumptions": self.assumptions,
             "notes": self.notes,
@@ -149,6 +152,8 @@ def predict(
             fallback = nets.get(key) or _network(None, system, same, request, notes)
             nets[key] = CalibratedNetwork(system, tuple(found), fallback)
     collectives = _collectives(analyzed, request, nets, backend, gpus, notes)
+    preset = _network(None, system, same, request, notes) if system is not None else None
+    moe = moe_prediction(analyzed, nets, preset, request, gpus, backend, notes)
     ddp, whatifs, crossings = _ddp(
         analyzed, request, basis, nets.get(("all_reduce", "float32")), backend, gpus, system, notes
     )
@@ -174,6 +179,7 @@ def predict(
         crossings=crossings,
         assumptions=assumptions(backend, basis, request, system, bool(calibrations), same),
         notes=notes,
+        moe=moe,
     )
 
 

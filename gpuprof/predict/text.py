@@ -121,6 +121,26 @@ def format_prediction(found: Prediction) -> str:
             )
         title = "\nPipeline step, predicted (one stage per GPU; vs m=p: micro-batches/s)"
         parts += [title, fixed_width(rows, 1)]
+    if not found.moe.empty:
+        rows = [["skew", "cap", "nodes", "ranks", "experts", "imbal", "dispatch_us", "combine_us",
+                 "net_GB/s", "from"]]  # fmt: skip
+        for r in found.moe.to_dict("records"):
+            rows.append(
+                [
+                    str(r["skew"]),
+                    f"{r['capacity_factor']:g}",
+                    str(r["nodes"]),
+                    str(r["world_size"]),
+                    str(r["experts"]),
+                    f"{r['imbalance']:.2f}",
+                    _num(r["dispatch_us"], 4),
+                    _num(r["combine_us"], 4),
+                    _num(r["net_gbps"]),
+                    str(r["source"]),
+                ]
+            )
+        title = "\nMoE layer, predicted (the busiest rank's dispatch and combine; net: its bytes "
+        parts += [title + "from other nodes / dispatch)", fixed_width(rows, 1)]
     parts.append("\nAssumptions")
     parts += [f"- {line}" for line in found.assumptions]
     if found.notes:

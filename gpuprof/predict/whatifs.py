@@ -38,6 +38,7 @@ class PredictRequest:
     bucket_mb: float | None = None
     accum: int | None = None
     micro_batches: tuple[int, ...] = ()
+    experts: int | None = None  # a MoE layer's experts in all (default: as many a rank as run)
 
 
 def same_hardware(analyzed: Analyzed, system: System) -> bool:
