@@ -68,6 +68,7 @@ def simulate(
     raise AssertionError("unreachable")
 
 
+@pytest.mark.slow  # 135 s of simulated checks on 2 cores: with the slow tests, still in CI
 def test_sequential_false_alarms_stay_under_alpha_and_power_is_reported() -> None:
     """1000 checks of 21 unchanged cases, stopping as the check does: a false alarm (any
     regression) in at most alpha of them. Then 1.20x on the two memory cases: power."""
@@ -88,6 +89,7 @@ def test_sequential_false_alarms_stay_under_alpha_and_power_is_reported() -> Non
     assert wrongly <= 0.02 * len(named), wrongly
 
 
+@pytest.mark.slow  # 59 s of simulated checks on 2 cores: with the slow tests, still in CI
 def test_two_pairs_do_not_buy_the_pools_degrees_of_freedom() -> None:
     """Stopped at 2 pairs, a case's pool shares its launches, so it may not count for more
     than the case's one degree of freedom: unchanged checks stay quiet (with the pool at full
