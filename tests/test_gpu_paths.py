@@ -163,6 +163,72 @@ def test_cuda_timing_holds_the_stream_first(monkeypatch: pytest.MonkeyPatch) -> 
     assert times == pytest.approx([10.0, 10.0, 10.0])
 
 
+def test_concurrent_ops_each_end_on_their_own_stream_from_one_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two collectives at once on a GPU: each op's end is an event on its own side stream
+    that waits for that op's work (an end recorded on the current stream would wait for
+    both), and both are timed from the one start event recorded before either launch."""
+    from gpuprof.probes import concurrent
+
+    rec = Recorder()
+    current = ["default"]
+
+    class Stream:
+        def __init__(self, device: Any = None) -> None:
+            self.name = f"side{len([c for c in rec.calls if c == 'stream'])}"
+            rec.calls.append("stream")
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.at = 0.0
+
+        def record(self, stream: Any = None) -> None:
+            where = stream.name if stream is not None else current[0]
+            rec.calls.append(f"record on {where}")
+            self.at = {"default": 0.0, "side0": 2.0, "side1": 5.0}[where]
+
+        def elapsed_time(self, other: Event) -> float:
+            return other.at - self.at  # ms
+
+    class StreamContext:
+        def __init__(self, stream: Stream) -> None:
+            self.stream = stream
+
+        def __enter__(self) -> None:
+            current[0] = self.stream.name
+
+        def __exit__(self, *exc: object) -> None:
+            current[0] = "default"
+
+    class Work:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait(self) -> None:
+            rec.calls.append(f"{self.name} waited on {current[0]}")
+
+    monkeypatch.setattr(concurrent.torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(concurrent.torch.cuda, "Event", Event)
+    monkeypatch.setattr(concurrent.torch.cuda, "stream", StreamContext)
+    monkeypatch.setattr(concurrent.torch.cuda, "synchronize", rec.note("synchronize"))
+    monkeypatch.setattr(concurrent.dist, "barrier", rec.note("barrier"))
+    ctx = SimpleNamespace(device=torch.device("cuda", 0), sync=rec.note("sync"))
+    clock = concurrent.Finishes(ctx)  # type: ignore[arg-type]
+    rec.calls.clear()
+    clock.start()
+    clock.watch(Work("a"))
+    clock.watch(Work("b"))
+    times = clock.times_us()
+    assert rec.calls == [
+        "barrier", "sync", "record on default",
+        "a waited on side0", "record on side0",
+        "b waited on side1", "record on side1",
+        "synchronize",
+    ]  # fmt: skip
+    assert times == [2000.0, 5000.0]
+
+
 # -- 8. p2p: one communicator for every mode ------------------------------------------------
 
 
