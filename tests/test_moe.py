@@ -3,6 +3,7 @@ routing rule (Zipf shares, top-k, capacity), tokens dropped, data checked, and t
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from gpuprof.predict.collectives import Collective
 from gpuprof.predict.moe import MoEBasis, predict_moe
 from gpuprof.predict.network import SystemNetwork
 from gpuprof.runs.store import open_run
+from gpuprof.specs.moe import MoEParams
 from gpuprof.specs.routing import Routing, zipf_weights
 from tests.conftest import Gp
 
@@ -204,3 +206,35 @@ def test_predicted_dispatch_follows_the_busiest_rank_and_the_measurement() -> No
     assert list(fixed["experts"]) == [256, 256] and not notes
     odd = predict_moe([_basis("1.2")], LinearNetwork(), (2, 3), 8, "nccl", 64, notes)
     assert list(odd["nodes"]) == [2] and "64 experts do not divide over 24 ranks" in notes[0]
+
+
+def test_a_models_config_sets_the_layer(tmp_path: Path, gp: Gp) -> None:
+    """--moe-config reads a Hugging Face config.json as each family names its MoE layer;
+    --moe-top-k and --moe-hidden given too keep their own values."""
+    from gpuprof import registry
+
+    spec = registry.get("moe")
+    configs = {  # the keys as the models' own config.json files name them
+        "mixtral.json": ({"hidden_size": 4096, "num_local_experts": 8,
+                          "num_experts_per_tok": 2}, (8, 2, 4096)),
+        "deepseek_v3.json": ({"hidden_size": 7168, "n_routed_experts": 256,
+                              "num_experts_per_tok": 8, "n_shared_experts": 1}, (256, 8, 7168)),
+        "dbrx.json": ({"d_model": 6144, "ffn_config": {"moe_num_experts": 16,
+                                                       "moe_top_k": 4}}, (16, 4, 6144)),
+    }  # fmt: skip
+    for name, (config, (experts, top_k, hidden)) in configs.items():
+        path = tmp_path / name
+        path.write_text(json.dumps(config))
+        params = registry.params_for(spec, "standard", "cpu", {"moe_config": str(path)}, 1, 8)
+        assert isinstance(params, MoEParams)
+        assert (params.experts(8), params.top_k, params.hidden) == (experts, top_k, hidden)
+    mine = registry.params_for(
+        spec, "standard", "cpu",
+        {"moe_config": str(tmp_path / "mixtral.json"), "moe_top_k": 1, "moe_hidden": 64},
+    )  # fmt: skip
+    assert isinstance(mine, MoEParams) and (mine.top_k, mine.hidden) == (1, 64)
+    (tmp_path / "dense.json").write_text('{"hidden_size": 4096}')
+    result = gp("run", "moe", "--gpus", "2", "--device", "cpu", "--dry-run",
+                "--moe-config", tmp_path / "dense.json")  # fmt: skip
+    assert result.code == 2 and "no MoE layer in it" in result.err
+    assert len(result.err.strip().splitlines()) == 1

@@ -7,8 +7,10 @@ sends are the theory the measured bytes are checked against."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, check_choices, csv, positive_int
@@ -46,6 +48,43 @@ def read_histogram(path: str) -> tuple[float, ...]:
     return counts
 
 
+# a model's MoE layer in its Hugging Face config.json, as Mixtral, DeepSeek-V2/V3, Qwen-MoE,
+# OLMoE and DBRX (its ffn_config) name them: our field -> the keys, first found wins
+CONFIG_KEYS = {
+    "experts_total": ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"),
+    "top_k": ("num_experts_per_tok", "moe_top_k"),
+    "hidden": ("hidden_size", "d_model"),
+}
+# the options that, given too, keep their own value
+CONFIG_FLAGS = {"experts_total": "", "top_k": "moe_top_k", "hidden": "moe_hidden"}
+
+
+def read_model_config(path: str) -> dict[str, int]:
+    """A model's MoE layer (experts, top-k, hidden size) from its config.json; a ValueError
+    saying what is missing."""
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read it ({exc.strerror})") from None
+    except ValueError:
+        raise ValueError("not JSON") from None
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    # the keys at the top, else in one nested section (DBRX's ffn_config, a text_config)
+    places = [config, *(v for v in config.values() if isinstance(v, dict))]
+    found: dict[str, int] = {}
+    for name, keys in CONFIG_KEYS.items():
+        for place in places:
+            value = next((place[k] for k in keys if k in place), None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                found[name] = value
+                break
+    missing = [CONFIG_KEYS[k][0] for k in ("experts_total", "top_k") if k not in found]
+    if missing:
+        raise ValueError(f"no MoE layer in it (no {' or '.join(missing)})")
+    return found
+
+
 @dataclass(frozen=True, kw_only=True)
 class MoEParams(ProbeParams):
     """One MoE layer: `tokens` tokens of `hidden` values per rank, each sent to `top_k` of
@@ -54,6 +93,7 @@ class MoEParams(ProbeParams):
 
     skews: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5)
     histogram: tuple[float, ...] = ()  # token counts per expert (--moe-routing FILE)
+    experts_total: int = 0  # the model's experts in all (--moe-config); 0: per rank
     experts_per_rank: int = 2
     top_k: int = 2
     tokens: int = 512
@@ -81,7 +121,9 @@ class MoEParams(ProbeParams):
 
     def experts(self, ranks: int) -> int:
         """Experts on a job of `ranks` ranks."""
-        return len(self.histogram) if self.histogram else self.experts_per_rank * ranks
+        if self.histogram:
+            return len(self.histogram)
+        return self.experts_total or self.experts_per_rank * ranks
 
     def routings(self, ranks: int) -> list[tuple[str, Routing]]:
         """Every routing measured, with its label (the skew, or "histogram")."""
@@ -119,9 +161,10 @@ class MoEParams(ProbeParams):
         ranks = num_nodes * gpus_per_node
         experts = self.experts(ranks)
         if experts % ranks:
+            given = "--moe-routing" if self.histogram else "--moe-config"
             raise UsageError(
-                f"{experts} experts (--moe-routing) do not divide over {ranks} ranks",
-                "give a histogram of a multiple of the rank count",
+                f"{experts} experts ({given}) do not divide over {ranks} ranks",
+                "run on a number of ranks that divides the experts",
             )
         if self.top_k > experts:
             raise UsageError(f"--moe-top-k {self.top_k} is more than the {experts} experts")
@@ -137,6 +180,23 @@ def suite_moe(suite: str, device: str) -> MoEParams:
     if suite in ("quick", "ci"):
         return MoEParams(skews=(0.0, 1.0), capacity_factors=(0.0,), budget_s=0.15)
     return MoEParams()
+
+
+def _model_config(base: ProbeParams, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """--moe-config: the model's experts, top-k and hidden size, where --moe-top-k and
+    --moe-hidden do not say otherwise."""
+    path = opts.get("moe_config")
+    if path is None:
+        return {}
+    try:
+        found = read_model_config(str(path))
+    except ValueError as exc:
+        raise UsageError(
+            f"invalid --moe-config {path!r}: {exc}", "a Hugging Face config.json"
+        ) from None
+    return {
+        k: v for k, v in found.items() if not CONFIG_FLAGS[k] or opts.get(CONFIG_FLAGS[k]) is None
+    }
 
 
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:
@@ -196,6 +256,11 @@ SPEC = ProbeSpec(
             "a real gate gave, instead of --moe-skew",
         ),
         Option(
+            flag="--moe-config",
+            help="moe: your model's config.json (Hugging Face: Mixtral, DeepSeek, Qwen-MoE, "
+            "...): its experts, top-k and hidden size",
+        ),
+        Option(
             flag="--moe-experts-per-rank",
             field="experts_per_rank",
             type=int,
@@ -232,6 +297,7 @@ SPEC = ProbeSpec(
         ),
         Option(flag="--moe-layout", field="layouts", parse=csv, help=f"moe: {','.join(LAYOUTS)}"),
     ),
+    adjust=_model_config,
     count_cases=count_cases,
     link_bytes=link_bytes,
     case_overhead_s=0.1,
