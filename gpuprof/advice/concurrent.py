@@ -54,8 +54,5 @@ def concurrent_findings(summary: pd.DataFrame) -> list[str]:
 
 def findings(analyzed: Analyzed) -> list[str]:
     """The concurrent-collectives findings of a run."""
-    table = "concurrent"
-    if not analyzed.has(table):
-        return []
-    summary = analyzed.summary(table)
-    return concurrent_findings(summary) if not summary.empty else []
+    summary = analyzed.measured("concurrent")
+    return [] if summary is None else concurrent_findings(summary)

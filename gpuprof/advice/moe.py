@@ -77,8 +77,5 @@ def moe_findings(summary: pd.DataFrame) -> list[str]:
 
 def findings(analyzed: Analyzed) -> list[str]:
     """The MoE findings of a run."""
-    table = "moe"
-    if not analyzed.has(table):
-        return []
-    summary = analyzed.summary(table)
-    return moe_findings(summary) if not summary.empty else []
+    summary = analyzed.measured("moe")
+    return [] if summary is None else moe_findings(summary)

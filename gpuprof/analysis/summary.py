@@ -67,6 +67,13 @@ class Analyzed:
             self._summaries[probe] = saved
         return self._summaries[probe]
 
+    def measured(self, probe: str) -> pd.DataFrame | None:
+        """The probe's summary when the run measured any of its cases, else None."""
+        if not self.has(*registry.get(probe).table_names):
+            return None
+        summary = self.summary(probe)
+        return None if summary.empty else summary
+
     def save_summaries(self) -> None:
         """Save the summaries computed here with the run's tables (the report does: `show`,
         `predict` and the gate then read them instead of the tables)."""

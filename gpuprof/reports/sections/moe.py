@@ -55,10 +55,8 @@ def _figure(summary: Any) -> go.Figure:
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The MoE section, or nothing if no case was measured."""
     table = "moe"
-    if not analyzed.has(table):
-        return []
-    summary = analyzed.summary(table)
-    if summary.empty:
+    summary = analyzed.measured(table)
+    if summary is None:
         return []
     first = summary.iloc[0]
     note = (

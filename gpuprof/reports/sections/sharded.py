@@ -94,10 +94,8 @@ def theory_table(summary: pd.DataFrame) -> Table:
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The sharded section, or nothing if no case was measured."""
     table = "sharded"
-    if not analyzed.has(table):
-        return []
-    summary = analyzed.summary(table)
-    if summary.empty:
+    summary = analyzed.measured(table)
+    if summary is None:
         return []
     breakdown = stacked_figure(
         summary,

@@ -30,10 +30,8 @@ ALONE = {"symbol": "diamond", "size": 10, "color": "#f58518"}
 def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     """The tensor-parallel section, or nothing if no case was measured."""
     table = "tp"
-    if not analyzed.has(table):
-        return []
-    summary = analyzed.summary(table)
-    if summary.empty:
+    summary = analyzed.measured(table)
+    if summary is None:
         return []
     figure = stacked_figure(
         summary,
