@@ -182,7 +182,7 @@ OTHER = [
     (["predict", "RUN", "--gpus", "0"], "Invalid value for '--gpus'"),
     (["export", "prometheus", "nope"], "no run 'nope'"),
     (["export", "prometheus", "RUN", "-o", "/nonexistent/x.prom"], "is not a folder"),
-    (["export", "nccl-tests", "RUN"], "has no collectives table"),
+    (["export", "nccl-tests", "RUN"], "has no collectives or moe table"),
     (["export", "csv", "RUN"], "No such command"),
     (["show", "RUN", "--table", "p2p", "--format", "nccl-tests"], "is for --table collectives"),
 ]

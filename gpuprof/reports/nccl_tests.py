@@ -156,14 +156,15 @@ def run_text(run: Run, table: str | None = None) -> str:
     `nccl_tests`), in that layout; with `table`, that probe's only. A UsageError when the run
     has none, or `table` has no such layout."""
     shaped = [s for s in registry.specs().values() if s.nccl_tests is not None]
-    names = ", ".join(s.name for s in shaped)
     if table is not None:
+        allowed = " or ".join(s.name for s in shaped)
         shaped = [s for s in shaped if s.name == table]
         if not shaped:
             raise UsageError(
-                f"--format nccl-tests is for --table {names}, not {table}",
-                "nccl-tests' layout fits collectives only",
+                f"--format nccl-tests is for --table {allowed}, not {table}",
+                "nccl-tests' layout fits collectives (and MoE dispatches of equal splits)",
             )
+    names = " or ".join(s.name for s in shaped)
     present = [s for s in shaped if all(t in run.tables() for t in s.table_names)]
     if not present:
         raise UsageError(f"run {run.path} has no {names} table", "measure it with gpuprof sweep")
