@@ -41,7 +41,7 @@ class MoEBasis:
     """One measured flat routing: the layer's shape and, at the run's shape, its times."""
 
     label: str  # the skew, or "histogram"
-    weights: tuple[float, ...]  # expert shares (Zipf at the skew; the histogram's, fixed E)
+    weights: tuple[float, ...]  # the histogram's expert shares (its E fixed); () for a skew
     tokens: int
     hidden: int
     dtype: str
@@ -78,14 +78,11 @@ def moe_bases(summary: pd.DataFrame, histogram: tuple[float, ...]) -> list[MoEBa
     out = []
     for row in summary[summary["layout"] == "flat"].to_dict("records"):
         ranks, nodes = int(row["world_size"]), int(row["num_nodes"])
-        experts = int(row["experts"])
+        weights: tuple[float, ...] = ()  # a skew's shares follow from it at each expert count
         if row["skew"] == "histogram":
             if not histogram:
                 continue
-            total = sum(histogram)
-            weights = tuple(c / total for c in histogram)
-        else:
-            weights = tuple(zipf_weights(experts, float(row["skew"])))
+            weights = tuple(c / sum(histogram) for c in histogram)
         out.append(
             MoEBasis(
                 label=str(row["skew"]),
@@ -94,7 +91,7 @@ def moe_bases(summary: pd.DataFrame, histogram: tuple[float, ...]) -> list[MoEBa
                 hidden=int(row["hidden"]),
                 dtype=str(row["dtype"]),
                 top_k=int(row["top_k"]),
-                experts_per_rank=max(1, experts // ranks),
+                experts_per_rank=max(1, int(row["experts"]) // ranks),
                 capacity_factor=float(row["capacity_factor"]),
                 placement=str(row["placement"]),
                 nodes=nodes,

@@ -152,7 +152,7 @@ def predict(
             fallback = nets.get(key) or _network(None, system, same, request, notes)
             nets[key] = CalibratedNetwork(system, tuple(found), fallback)
     collectives = _collectives(analyzed, request, nets, backend, gpus, notes)
-    preset = _network(None, system, same, request, notes) if system is not None else None
+    preset = SystemNetwork(system) if system is not None else None
     moe = moe_prediction(analyzed, nets, preset, request, gpus, backend, notes)
     ddp, whatifs, crossings = _ddp(
         analyzed, request, basis, nets.get(("all_reduce", "float32")), backend, gpus, system, notes

@@ -50,8 +50,8 @@ PER_RANK_CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
 # torch 2.13 renamed the tensor-in/tensor-out collectives; keep both for torch>=2.4.
-_ALL_GATHER_FN: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_REDUCE_SCATTER_FN: Any = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+ALL_GATHER_FN: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+REDUCE_SCATTER_FN: Any = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def element_count(op: str, size_bytes: int, num_ranks: int, elem_bytes: int) -> int:
@@ -167,7 +167,7 @@ def _all_gather(
     expected = torch.cat([data.tagged(chunk, k) for k in range(data.n)])
 
     def run() -> None:
-        _ALL_GATHER_FN(out, inp, group=scope.group)
+        ALL_GATHER_FN(out, inp, group=scope.group)
 
     def check() -> int:
         out.zero_()
@@ -190,7 +190,7 @@ def _reduce_scatter(
     )
 
     def run() -> None:
-        _REDUCE_SCATTER_FN(out, inp, op=REDOPS[redop], group=scope.group)
+        REDUCE_SCATTER_FN(out, inp, op=REDOPS[redop], group=scope.group)
 
     def check() -> int:
         inp.copy_(data.contribution(count))

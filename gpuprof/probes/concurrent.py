@@ -24,13 +24,13 @@ from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import Budget, Case, Context, Prepared, make_scopes, run_cases
 from gpuprof.probes._timing import clock_ns
 from gpuprof.probes._training import rounds
+from gpuprof.probes.collectives import ALL_GATHER_FN
+from gpuprof.probes.collectives import DTYPES as TORCH_DTYPES
 from gpuprof.specs.concurrent import EXPERTS_PER_RANK, TOP_K, ConcurrentParams
 from gpuprof.specs.routing import Routing, zipf_weights
 from gpuprof.units import DTYPE_BYTES
 
 PROBE = "concurrent"
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_ALL_GATHER_FN: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class Op:
@@ -39,7 +39,6 @@ class Op:
     buffer (the size column's meaning for the op)."""
 
     def __init__(self, ctx: Context, name: str, params: ConcurrentParams, size: int, group: Any):
-        self.name, self.group = name, group
         n, r = ctx.world_size, ctx.rank
         dtype, device = TORCH_DTYPES[params.dtype], ctx.device
         count = params.elements(name, size, n)
@@ -55,7 +54,7 @@ class Op:
         elif name == "all_gather":
             inp = torch.full((count // n,), r + 1.0, dtype=dtype, device=device)
             self.out = torch.zeros(count, dtype=dtype, device=device)
-            self.start = lambda: _ALL_GATHER_FN(self.out, inp, group=group, async_op=True)
+            self.start = lambda: ALL_GATHER_FN(self.out, inp, group=group, async_op=True)
             self.expected = torch.arange(1, n + 1, device=device).repeat_interleave(count // n)
         elif name == "all_to_all":
             inp = torch.full((count,), r + 1.0, dtype=dtype, device=device)

@@ -19,10 +19,10 @@ from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, csv, finite
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
 from gpuprof.specs.collectives import bus_factor
+from gpuprof.specs.moe import DTYPES
 from gpuprof.units import parse_size_list
 
 OPS = ("all_reduce", "all_gather", "all_to_all", "dispatch")
-DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 EXPERTS_PER_RANK, TOP_K = 2, 2  # the dispatch's routing: top-2 over 2 experts a rank
 
 
