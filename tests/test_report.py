@@ -133,6 +133,7 @@ def test_a_report_of_many_nodes_keeps_to_what_a_reader_can_take_in() -> None:
     assert ("node40", 2048) in by and by[("node40", 2048)]["nwrong"] == 3
     assert ("all", 1024) in by and len(shown) == 2 + 2 + 1 + 1
     assert set(at_scale(summary, name_slowest=False)["group"]) >= {"slowest of 128"}
+    assert shown["world_size"].dtype == "int64"  # labels read "n=8", not "n=8.0"
     small = summary[summary["group"].isin(["node0", "node1", "all"])]
     assert at_scale(small, name_slowest=True).equals(small.reset_index(drop=True))
 

@@ -93,7 +93,11 @@ def at_scale(summary: pd.DataFrame, name_slowest: bool) -> pd.DataFrame:
             continue
         by_case = part.groupby(case, sort=False, dropna=False)
         median = by_case.median(numeric_only=True).reset_index()
-        median = median.assign(scope=part["scope"].iloc[0], group=f"median of {groups}")
+        median = median.assign(
+            scope=part["scope"].iloc[0],
+            group=f"median of {groups}",
+            world_size=part["world_size"].iloc[0],  # a float as a median: "n=128.0"
+        )
         median["nwrong"] = by_case["nwrong"].max().to_numpy()
         slowest = part.loc[by_case["busbw_gbps"].idxmin()].copy()
         slowest["group"] = (
