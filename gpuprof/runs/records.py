@@ -1,4 +1,5 @@
-"""Rank-side records and their JSONL shards (stdlib only: importable without torch or pandas).
+"""Rank-side records and their JSONL shards (stdlib and orjson: importable without torch,
+pandas or numpy).
 
 Each rank appends to `ranks/rank-NNNNN.jsonl` and flushes after every case, so a crash loses at
 most the case in flight. One line per event:
@@ -24,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import orjson
 
 SCHEMA_VERSION = 1
 
@@ -169,15 +172,26 @@ def read_jsonl(
             if short is not None:
                 yield short
                 continue
-            try:
-                record = json.loads(line) if line.endswith("\n") else None
-            except json.JSONDecodeError:
-                record = None
+            record = _parsed(line) if line.endswith("\n") else None
             if isinstance(record, dict):
                 yield record
             elif line.strip():
                 what = "is incomplete" if not line.endswith("\n") else "is not a JSON record"
                 warn(f"{path}:{number} {what}; skipped")
+
+
+def _parsed(line: str) -> Any:
+    """One JSON line's value, or None where it does not parse. orjson first (about 3x
+    Python's json on a shard's floats: most of the time of consolidating 1,024 ranks), then
+    Python's json for what orjson refuses and the writer may have written (NaN, Infinity,
+    integers past 64 bits)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            return None
 
 
 def read_shard(path: Path) -> Iterator[dict[str, Any]]:
