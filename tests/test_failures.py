@@ -241,9 +241,7 @@ def test_a_rank_that_raises_leaves_its_traceback_and_every_ranks_log(
     assert "RuntimeError: test fault" in logs["rank-00001.log"]
 
 
-def test_the_rank_that_raised_comes_before_a_rank_stopped_with_the_job(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_rank_that_raised_comes_before_a_rank_stopped_with_the_job() -> None:
     """Rank 1 raised and wrote why; torchrun names it as the first failure and ends the group,
     stopping rank 0 inside the collective before it could write anything (a race CI once lost:
     rank 0 was then named first). Rank 1 comes first, rank 0 after it; with no rank lost (a
@@ -266,7 +264,6 @@ def test_the_rank_that_raised_comes_before_a_rank_stopped_with_the_job(
         ],
         "in_flight": [{"rank": 0, "host": "h", "probe": "collectives", "case_id": "c"}],
     }
-    monkeypatch.setattr(finish, "run_events", lambda run_dir, since_ns=0: events)
 
     @dataclass
     class End:
@@ -274,7 +271,7 @@ def test_the_rank_that_raised_comes_before_a_rank_stopped_with_the_job(
         reason: str | None = None
         lost: dict[int, str] = field(default_factory=dict)
 
-    raised = finish._failures(tmp_path, End(lost={1: "rank process exited with 1"}), 0)
+    raised = finish._failures(events, End(lost={1: "rank process exited with 1"}))
     assert [f["rank"] for f in raised] == [1, 0]
     assert "traceback" in raised[0] and "no record after this case started" in raised[1]["error"]
-    assert [f["rank"] for f in finish._failures(tmp_path, End(), 0)] == [0, 1]
+    assert [f["rank"] for f in finish._failures(events, End())] == [0, 1]

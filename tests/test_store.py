@@ -25,8 +25,8 @@ from gpuprof.runs.records import (
     read_shard,
     shard_path,
 )
-from gpuprof.runs.store import RUN_JSON, create_run_dir, resolve_run, update_run_json
-from gpuprof.runs.tables import consolidate, group_codes, read_parquet
+from gpuprof.runs.store import RUN_JSON, Run, create_run_dir, resolve_run, update_run_json
+from gpuprof.runs.tables import consolidate, group_codes, read_parquet, record_starts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,6 +136,61 @@ def test_a_table_in_memory_and_as_parquet_reads_the_same(tmp_path: Path) -> None
     assert from_parquet["later"].isna().sum() == 3 and from_parquet["later"].iloc[-1] == "x"
     assert [list(v) for v in from_parquet["stages"]] == [[0, 1], [2], [2], [], [], []]
     assert not isinstance(from_parquet["case_id"].dtype, pd.CategoricalDtype)
+
+
+def test_the_tables_a_sweep_hands_its_report_are_those_a_reader_gets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tables kept while consolidating (the sweep's report reads no parquet back) equal
+    the files read back, for the records of the test above and a rank's; a run given a table
+    still says a case lacks a rank's rows."""
+    test_a_table_in_memory_and_as_parquet_reads_the_same(tmp_path / "kinds")
+    for run_dir in [next((tmp_path / "kinds").iterdir()), _write_run(tmp_path / "ranks")]:
+        kept: dict[str, pd.DataFrame] = {}
+        consolidate(run_dir, kept)
+        assert kept and set(kept) <= set(open_run(run_dir).tables())
+        for name, frame in kept.items():
+            pd.testing.assert_frame_equal(frame, open_run(run_dir).table(name))
+    capsys.readouterr()
+    lost = kept["collectives"][lambda f: f["rank"] == 1]
+    assert Run(run_dir, {"collectives": lost}).table("collectives") is lost
+    assert "collectives: 1 case(s) lack some rank's rows" in capsys.readouterr().err
+
+
+def test_a_line_only_pythons_json_reads_is_kept(tmp_path: Path) -> None:
+    """A time that is not a number (NaN, as Python's json writes it) is read, not skipped."""
+    path = tmp_path / "rank-00000.jsonl"
+    writer = ShardWriter(path)
+    writer.write({"type": "case", "times_us": [1.0, float("nan"), float("inf")], "big": 2**70})
+    writer.close()
+    (record,) = list(read_shard(path))
+    assert record["times_us"][0] == 1.0 and np.isnan(record["times_us"][1])
+    assert record["times_us"][2] == float("inf") and record["big"] == 2**70
+
+
+def test_a_missing_time_is_a_missing_value_not_a_lost_record(tmp_path: Path) -> None:
+    run_dir = _write_run(tmp_path)
+    writer = ShardWriter(shard_path(run_dir, 1))
+    record = CaseRecord(probe="collectives", case_id="c2", where=_where(1), params={},
+                        times_us=[5.0, None, 7.0], results={})  # type: ignore[list-item]  # fmt: skip
+    writer.write(record.to_dict())
+    writer.close()
+    frame = open_run(run_dir).table("collectives")
+    times = frame.loc[frame["case_id"] == "c2", "time_us"].tolist()
+    assert times[0] == 5.0 and np.isnan(times[1]) and times[2] == 7.0 and len(frame) == 9
+
+
+def test_records_start_where_the_iterations_start_again_or_the_rank_or_start_differs() -> None:
+    frame = pd.DataFrame(
+        {
+            "iteration": [0, 1, 2, 0, 1, 2, 3, 4, 5, 0],
+            "rank": [0, 0, 0, 0, 0, 1, 1, 1, 1, 1],
+            "start_unix_ns": [5, 5, 5, 9, 9, 9, 9, 7, 7, 7],
+        }
+    )
+    assert record_starts(frame).tolist() == [0, 3, 5, 7, 9]
+    assert record_starts(frame.drop(columns=["rank", "start_unix_ns"])).tolist() == [0, 3, 9]
+    assert record_starts(frame.drop(columns=["iteration"])).tolist() == list(range(10))
 
 
 def _snapshot(run_dir: Path) -> dict[str, tuple[int, int]]:

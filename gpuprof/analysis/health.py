@@ -20,10 +20,11 @@ import pandas as pd
 
 from gpuprof.analysis import require_columns
 from gpuprof.machine.clocks import decode_reasons
-from gpuprof.runs.tables import group_codes
+from gpuprof.runs.tables import group_codes, record_starts
 
 # what identifies a case window (a case of one group, on one host)
 CASE_KEYS = ["probe", "case_id", "scope", "world_size", "group", "host"]
+OP_COLUMNS = ("op", "size_bytes", "nwrong")  # what a collective's window sends
 
 
 def per_rank_tx_bytes(op: str, size: int, n: int, group_rank: int) -> float | None:
@@ -52,30 +53,32 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
         ],
         "probe",
     )
-    # grouped by one integer per case window and rank (a 1,024-rank run has 30 million rows)
-    codes = group_codes(table, [*CASE_KEYS, "rank"])
+    # one row per record, its window and iterations from its rows (a 1,024-rank run has 30
+    # million rows, 80 a record), then grouped by one integer per case window and rank
+    starts = record_starts(table)
+    once = ["warmup_iters", "group_rank", *(OP_COLUMNS if "op" in table.columns else ())]
+    records = table[[*CASE_KEYS, "rank", *once]].iloc[starts].reset_index(drop=True)
+    if len(starts):
+        records["start_unix_ns"] = np.fmin.reduceat(table["start_unix_ns"].to_numpy(), starts)
+        records["end_unix_ns"] = np.fmax.reduceat(table["end_unix_ns"].to_numpy(), starts)
+    else:
+        records["start_unix_ns"] = records["end_unix_ns"] = np.zeros(0)
+    records["iteration"] = np.diff(np.append(starts, len(table)))
+    codes = group_codes(records, [*CASE_KEYS, "rank"])
     first = np.unique(codes, return_index=True)[1]
     ranks = (
-        table.groupby(codes, sort=True)
+        records.groupby(codes, sort=True)
         .agg(
             start=("start_unix_ns", "min"),
             end=("end_unix_ns", "max"),
-            iterations=("iteration", "size"),
+            iterations=("iteration", "sum"),
             warmup=("warmup_iters", "first"),
             group_rank=("group_rank", "first"),
-            **(
-                {
-                    "op": ("op", "first"),
-                    "size_bytes": ("size_bytes", "first"),
-                    "nwrong": ("nwrong", "first"),
-                }
-                if "op" in table.columns
-                else {}
-            ),
+            **({c: (c, "first") for c in OP_COLUMNS} if "op" in table.columns else {}),
         )
         .reset_index(drop=True)
     )
-    keys = table[[*CASE_KEYS, "rank"]].iloc[first].reset_index(drop=True)
+    keys = records[[*CASE_KEYS, "rank"]].iloc[first].reset_index(drop=True)
     ranks = pd.concat([keys, ranks], axis=1)
     if "op" in ranks.columns:
         checked = ranks["nwrong"].notna().astype(int)

@@ -303,8 +303,7 @@ def _home_node(
     else:
         run_dir = start_run(plan, request.out, request.tag, request.argv, cfg.launcher)
     launch = node_command(plan, cfg, run_dir=run_dir, out=request.out)
-    # the home node is node rank 0, except under Slurm (c10d assigns node ranks)
-    home_rank = None if cfg.launcher == "slurm" else 0
+    home_rank = None if cfg.launcher == "slurm" else 0  # under Slurm c10d assigns node ranks
     guard = SignalGuard()
     started = time.monotonic()
     live = wanted(request.quiet)
@@ -327,9 +326,10 @@ def _home_node(
 
 
 def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None) -> SweepResult:
-    """Finish the run (tables, status), then write what the request asked for: the report and
-    the Prometheus textfile."""
-    info = finish_run(run_dir, supervised.returncode if supervised else 0, supervised)
+    """Finish the run (tables, status), then write what the request asked for: the report (the
+    tables handed over as built) and the Prometheus textfile."""
+    kept: dict[str, Any] | None = {} if request.report else None
+    info = finish_run(run_dir, supervised.returncode if supervised else 0, supervised, kept)
     report: Path | None = None
     verdict: str | None = None
     found: list[str] = []
@@ -337,7 +337,7 @@ def _finish(run_dir: Path, request: SweepRequest, supervised: Supervised | None)
         # deferred: loads plotly, for the report only
         from gpuprof.reports.html import write_report_headline
 
-        report, verdict, found = write_report_headline(Run(run_dir))
+        report, verdict, found = write_report_headline(Run(run_dir, kept))
     if request.prom_textfile:
         write_textfile(run_dir, Path(request.prom_textfile))
     return SweepResult(

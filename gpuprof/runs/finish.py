@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+import pandas as pd
+
 from gpuprof.machine.env import this_host
 from gpuprof.runs.store import RUN_JSON, read_json, run_events, update_run_json, utc_now
 from gpuprof.runs.tables import consolidate
@@ -31,10 +33,12 @@ class JobEnd(Protocol):
     def lost(self) -> Mapping[int, str]: ...
 
 
-def _failures(run_dir: Path, supervised: JobEnd | None, since_ns: int) -> list[dict[str, Any]]:
-    """Who failed: the ranks that died or were stopped (seen by the launcher, or silent inside
-    a case), then the failures ranks wrote themselves (timeouts waiting for them, errors)."""
-    events = run_events(run_dir, since_ns)
+def _failures(
+    events: dict[str, list[dict[str, Any]]], supervised: JobEnd | None
+) -> list[dict[str, Any]]:
+    """Who failed (from the run's events): the ranks that died or were stopped (seen by the
+    launcher, or silent inside a case), then the failures ranks wrote themselves (timeouts
+    waiting for them, errors)."""
     keep = ("rank", "host", "probe", "case_id", "error")
     written = [
         {
@@ -76,13 +80,19 @@ def _failures(run_dir: Path, supervised: JobEnd | None, since_ns: int) -> list[d
     ]
 
 
-def finish_run(run_dir: Path, returncode: int, supervised: JobEnd | None = None) -> dict[str, Any]:
-    """Consolidate shards, set status and failures in run.json; run.json as it is then."""
-    tables = consolidate(run_dir)
-    failures = _failures(
-        run_dir, supervised, int(read_json(run_dir / RUN_JSON).get("attempt_ns", 0))
-    )
-    skipped = run_events(run_dir)["skip"]
+def finish_run(
+    run_dir: Path,
+    returncode: int,
+    supervised: JobEnd | None = None,
+    keep: dict[str, pd.DataFrame] | None = None,
+) -> dict[str, Any]:
+    """Consolidate shards, set status and failures in run.json; run.json as it is then.
+    `keep` receives the measured tables (see `consolidate`)."""
+    tables = consolidate(run_dir, keep)
+    # this attempt's failures (a resumed run's earlier ones are gone); skips of every attempt
+    events = run_events(run_dir, int(read_json(run_dir / RUN_JSON).get("attempt_ns", 0)))
+    failures = _failures(events, supervised)
+    skipped = events["skip"]
     status = "complete" if returncode == 0 and not failures else "partial" if tables else "failed"
     info = update_run_json(
         run_dir,

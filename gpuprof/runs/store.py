@@ -11,6 +11,7 @@ import os
 import re
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -299,9 +300,11 @@ class Run:
     Reading never writes. A run that ended has `<table>.parquet` files; a run still running
     (or whose launcher died before the end) is read from its shards in memory."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, tables: Mapping[str, pd.DataFrame] | None = None) -> None:
+        """`tables`: some of its tables as they were just written (instead of reading them)."""
         self.path = Path(path)
         self.info: dict[str, Any] = read_run_json(self.path)
+        self._given = dict(tables or {})
         self._frames: dict[str, pd.DataFrame] = {}
         self._from_shards: dict[str, pd.DataFrame] | None = None
 
@@ -346,8 +349,13 @@ class Run:
             if name not in self._names:
                 have = ", ".join(self._names) or "none"
                 raise UsageError(f"run {self.path} has no table {name!r}", f"tables: {have}")
+            given = self._given.pop(name, None)
             self._frames[name] = (
-                self._read_parquet(name) if self.consolidated else self._shard_tables()[name]
+                given
+                if given is not None
+                else self._read_parquet(name)
+                if self.consolidated
+                else self._shard_tables()[name]
             )
             self._say_incomplete(name, self._frames[name])
         return self._frames[name]
