@@ -63,7 +63,7 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
         records["end_unix_ns"] = np.fmax.reduceat(table["end_unix_ns"].to_numpy(), starts)
     else:
         records["start_unix_ns"] = records["end_unix_ns"] = np.zeros(0)
-    records["iteration"] = np.diff(np.append(starts, len(table)))
+    records["iterations"] = np.diff(np.append(starts, len(table)))
     codes = group_codes(records, [*CASE_KEYS, "rank"])
     first = np.unique(codes, return_index=True)[1]
     ranks = (
@@ -71,7 +71,7 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
         .agg(
             start=("start_unix_ns", "min"),
             end=("end_unix_ns", "max"),
-            iterations=("iteration", "sum"),
+            iterations=("iterations", "sum"),
             warmup=("warmup_iters", "first"),
             group_rank=("group_rank", "first"),
             **({c: (c, "first") for c in OP_COLUMNS} if "op" in table.columns else {}),

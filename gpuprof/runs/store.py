@@ -349,15 +349,13 @@ class Run:
             if name not in self._names:
                 have = ", ".join(self._names) or "none"
                 raise UsageError(f"run {self.path} has no table {name!r}", f"tables: {have}")
-            given = self._given.pop(name, None)
-            self._frames[name] = (
-                given
-                if given is not None
-                else self._read_parquet(name)
-                if self.consolidated
-                else self._shard_tables()[name]
-            )
-            self._say_incomplete(name, self._frames[name])
+            frame = self._given.pop(name, None)
+            if frame is None and self.consolidated:
+                frame = self._read_parquet(name)
+            elif frame is None:
+                frame = self._shard_tables()[name]
+            self._frames[name] = frame
+            self._say_incomplete(name, frame)
         return self._frames[name]
 
     def _say_incomplete(self, name: str, frame: pd.DataFrame) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
@@ -123,13 +123,14 @@ def _expand(records: list[dict[str, Any]]) -> pa.Table:
 def _iterations(records: list[dict[str, Any]], counts: np.ndarray) -> dict[str, np.ndarray]:
     """The iteration number and time of every row."""
     starts = np.repeat(np.cumsum(counts) - counts, counts)
-    every = chain.from_iterable(rec["times_us"] for rec in records)  # no array per record
+
+    def every() -> Iterator[Any]:  # no array per record
+        return chain.from_iterable(rec["times_us"] for rec in records)
+
     try:
-        times = np.fromiter(every, dtype=float, count=int(counts.sum()))
+        times = np.fromiter(every(), dtype=float, count=int(counts.sum()))
     except (TypeError, ValueError):  # a missing time (null) among them: NaN, as numpy reads it
-        times = np.concatenate(
-            [np.asarray(r["times_us"], dtype=float) for r in [*records, {"times_us": []}]]
-        )
+        times = np.array(list(every()), dtype=float)
     return {"iteration": np.arange(int(counts.sum())) - starts, "time_us": times}
 
 
