@@ -95,3 +95,25 @@ def test_the_busbw_band_holds_the_median(two_rank_run: Path) -> None:
     summary = summarize_run(open_run(two_rank_run), "collectives")
     assert (summary["busbw_p10_gbps"] <= summary["busbw_gbps"] + 1e-12).all()
     assert (summary["busbw_gbps"] <= summary["busbw_p90_gbps"] + 1e-12).all()
+
+
+def test_slowest_iterations_skip_missing_times_and_absent_numbers() -> None:
+    # rank 1 has no time at iteration 0 (NaN): rank 0's 100 stands; iteration numbers 0, 2, 5
+    # are three iterations (no slot for 1, 3, 4); the rows in any order give the same
+    frame = _frame("all_reduce", 2, 1024, [[100.0, 300.0, 200.0], [float("nan"), 50.0, 400.0]])
+    frame["iteration"] = frame["iteration"].map({0: 0, 1: 2, 2: 5})
+    for rows in (frame, frame.sample(frac=1.0, random_state=3)):
+        row = summarize_collectives(rows).iloc[0]
+        assert row["num_iterations"] == 3
+        assert row["time_us"] == 300  # median of 100, 300, 400
+        assert row["time_us_min"] == 100
+
+
+def test_summary_groups_like_a_groupby_on_every_row() -> None:
+    # two cases whose rows alternate rank by rank: one record per rank and case
+    first = _frame("all_reduce", 2, 1024, [[10.0, 20.0], [30.0, 5.0]])
+    second = _frame("all_reduce", 2, 2048, [[7.0, 8.0], [9.0, 1.0]]).assign(case_id="x2")
+    frame = pd.concat([first, second], ignore_index=True)
+    summary = summarize_collectives(frame).set_index("size_bytes")
+    expected = frame.groupby(["size_bytes", "iteration"])["time_us"].max().groupby(level=0)
+    assert summary["time_us"].to_dict() == expected.median().to_dict()

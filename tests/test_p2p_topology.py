@@ -82,6 +82,13 @@ def test_summary_uses_the_slower_rank_and_flags_a_slow_pair() -> None:
     )
 
 
+def test_summary_counts_a_rank_s_wrong_elements_once() -> None:
+    # nwrong is a record's count, on each of its 2 iteration rows: 3 wrong, not 6
+    frame = _frame([(0, 1, "uni", 10)])
+    frame.loc[frame["rank"] == 1, "nwrong"] = 3
+    assert summarize_p2p(frame, {}).iloc[0]["nwrong"] == 3
+
+
 def test_flag_rule_is_relative_to_the_class_median() -> None:
     frame = pd.DataFrame(
         {

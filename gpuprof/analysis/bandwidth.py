@@ -16,6 +16,7 @@ import pandas as pd
 from gpuprof.analysis import RunTables, gpu_model, grouped, require_columns, slowest_iterations
 from gpuprof.errors import UsageError
 from gpuprof.machine.hardware import gpu_peaks
+from gpuprof.runs.tables import record_starts
 from gpuprof.specs.collectives import bus_factor
 
 SUMMARY_KEYS = [
@@ -50,12 +51,13 @@ CASE_GROUP = ["case_id", "scope", "world_size", "group"]
 
 def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
     """One summary row per case and group, as `gpuprof show --table collectives` prints it.
-    Grouped by one integer per case and group (`group_codes`): a 1,024-rank run has 30
-    million rows, and grouping on the ten key columns took most of `show`."""
+    Grouped by one integer per case and group (`grouped`): a 1,024-rank run has 30 million
+    rows, and grouping on the ten key columns took most of `show`."""
     require_columns(frame, [*SUMMARY_KEYS, "iteration", "time_us", "rank", "nwrong"], "collectives")
     if frame.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    case, keys = grouped(frame, CASE_GROUP, SUMMARY_KEYS)
+    starts = record_starts(frame)  # a record's own values (its rank, nwrong) read once
+    case, keys = grouped(frame, CASE_GROUP, SUMMARY_KEYS, starts)
     per_iter = slowest_iterations(frame, case)
     summary = pd.DataFrame(
         {
@@ -67,8 +69,9 @@ def summarize_collectives(frame: pd.DataFrame) -> pd.DataFrame:
             "num_iterations": per_iter.size(),
         }
     )
-    nwrong = pd.Series(frame["nwrong"].to_numpy())
-    wrong = nwrong.groupby([case, frame["rank"].to_numpy()], sort=False).first()
+    nwrong = pd.Series(frame["nwrong"].to_numpy()[starts])
+    ranks = frame["rank"].to_numpy()[starts]
+    wrong = nwrong.groupby([case[starts], ranks], sort=False).first()
     # min_count=1: a case nobody checked (--no-check) stays missing, never "0 wrong".
     summary["nwrong"] = wrong.groupby(level=0).sum(min_count=1)
     summary = pd.concat([keys, summary.set_axis(keys.index)], axis=1)

@@ -57,7 +57,7 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
     # million rows, 80 a record), then grouped by one integer per case window and rank
     starts = record_starts(table)
     once = ["warmup_iters", "group_rank", *(OP_COLUMNS if "op" in table.columns else ())]
-    records = table[[*CASE_KEYS, "rank", *once]].iloc[starts].reset_index(drop=True)
+    records = table.iloc[starts][[*CASE_KEYS, "rank", *once]].reset_index(drop=True)
     if len(starts):
         records["start_unix_ns"] = np.fmin.reduceat(table["start_unix_ns"].to_numpy(), starts)
         records["end_unix_ns"] = np.fmax.reduceat(table["end_unix_ns"].to_numpy(), starts)
@@ -86,10 +86,10 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
         per_op = [
             per_rank_tx_bytes(op, int(s), int(n), int(g))
             for op, s, n, g in zip(
-                ranks["op"],
-                ranks["size_bytes"],
-                ranks["world_size"],
-                ranks["group_rank"],
+                ranks["op"].tolist(),  # lists: iterating arrow's text is slow
+                ranks["size_bytes"].tolist(),
+                ranks["world_size"].tolist(),
+                ranks["group_rank"].tolist(),
                 strict=True,
             )
         ]
@@ -215,8 +215,13 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
     require_columns(telemetry, ["t_ns", "host", "source"], "telemetry")
     if windows.empty:
         return pd.DataFrame()
-    gpus = telemetry[telemetry["source"].astype(str).str.startswith("gpu")]
+    # only the columns read here are split by host (a copy of each host's rows)
+    used = ["t_ns", "host", *(c for c, _ in _GPU_COLUMNS)]
+    used += ["throttled", "clock_low", "power_capped", "clock_reasons"]
+    gpu = telemetry["source"].astype(str).str.startswith("gpu").to_numpy()
+    gpus = telemetry.loc[gpu, [c for c in used if c in telemetry.columns]]
     net = _network(telemetry)
+    net = net[[c for c in ("t_ns", "host", "source", "tx_bytes") if c in net.columns]]
     gpus_of = dict(tuple(gpus.groupby("host", sort=False)))
     net_of = dict(tuple(net.groupby("host", sort=False)))
     parts = []
@@ -334,11 +339,14 @@ def _decimated(series: pd.DataFrame, max_points: int) -> pd.DataFrame:
 
 
 def probe_spans(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """When each probe ran on each host (for shading the time series)."""
+    """When each probe ran on each host (for shading the time series), from each record's
+    first row (`record_starts`: a record's window is on every one of its rows)."""
     spans = []
     for probe, table in tables.items():
         if {"host", "start_unix_ns", "end_unix_ns"} <= set(table.columns):
-            for host, rows in table.groupby("host"):
+            starts = record_starts(table)
+            records = table.iloc[starts][["host", "start_unix_ns", "end_unix_ns"]]
+            for host, rows in records.groupby("host"):
                 spans.append(
                     {
                         "probe": probe,

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpuprof.analysis import RunTables, grouped, require_columns, slowest_iterations
 from gpuprof.machine.topology import normalize_bus_id
+from gpuprof.runs.tables import record_starts
 
 FLAG_BELOW = 0.70
 _PAIR = ["group", "mode", "size_bytes", "rank_a", "rank_b"]
@@ -60,20 +61,23 @@ def flag_outliers(summary: pd.DataFrame) -> pd.DataFrame:
 def summarize_p2p(frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
     """One row per pair and mode: time, bandwidth or latency, link class, outlier flag."""
     require_columns(frame, [*_PAIR, "rank", "host", "iteration", "time_us", "nwrong"], "p2p")
-    pair, summary = grouped(frame, _PAIR)
+    starts = record_starts(frame)  # a record's own values (nwrong, its host) read once
+    pair, summary = grouped(frame, _PAIR, starts=starts)
     slowest = slowest_iterations(frame, pair)
     summary["time_us"] = slowest.median().to_numpy()
     summary["num_iterations"] = slowest.size().to_numpy()
-    summary["nwrong"] = pd.Series(frame["nwrong"].to_numpy()).groupby(pair).sum().to_numpy()
+    # each rank's count once (a record's nwrong is on every one of its rows)
+    wrong = pd.Series(frame["nwrong"].to_numpy()[starts]).groupby(pair[starts])
+    summary["nwrong"] = wrong.sum().to_numpy()
     summary = summary.sort_values(_PAIR).reset_index(drop=True)
     latency = summary["mode"] == "latency"
     summary["bw_gbps"] = (summary["size_bytes"] / summary["time_us"] / 1e3).where(~latency)
     summary["latency_us"] = (summary["time_us"] / 2).where(latency)
     ranks = {int(r["rank"]): r for r in info.get("ranks") or []}
-    hosts = frame.groupby("rank")["host"].first().to_dict()
+    records = frame.iloc[starts][[c for c in ("rank", "host", "node_rank") if c in frame]]
+    hosts = records.groupby("rank")["host"].first().to_dict()
     links = topology_links(info)
-
-    nodes = frame.groupby("rank")["node_rank"].first().to_dict() if "node_rank" in frame else {}
+    nodes = records.groupby("rank")["node_rank"].first().to_dict() if "node_rank" in frame else {}
 
     def who(rank: int) -> dict[str, Any]:
         return ranks.get(rank) or {

@@ -349,7 +349,8 @@ def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["case_id", "scope", "group", "world_size"]
     if frame.empty or not {*keys, "rank"} <= set(frame.columns):
         return pd.DataFrame(columns=[*keys, "ranks"])
-    frame = frame[[*keys, "rank"]].iloc[record_starts(frame)]  # a rank is there by its records
+    # a rank is there by its records (rows first: a choice of columns copies every row)
+    frame = frame.iloc[record_starts(frame)][[*keys, "rank"]]
     codes = group_codes(frame, keys)
     ranks = pd.Series(frame["rank"].to_numpy()).groupby(codes).nunique()
     sizes = pd.Series(frame["world_size"].to_numpy()).groupby(codes).first()
