@@ -24,6 +24,7 @@ from gpuprof.runs.records import (
     phase_marker,
     read_shard,
     shard_path,
+    timeline_record,
 )
 from gpuprof.runs.store import RUN_JSON, Run, create_run_dir, resolve_run, update_run_json
 from gpuprof.runs.tables import consolidate, group_codes, read_parquet, record_starts
@@ -155,6 +156,62 @@ def test_the_tables_a_sweep_hands_its_report_are_those_a_reader_gets(
     lost = kept["collectives"][lambda f: f["rank"] == 1]
     assert Run(run_dir, {"collectives": lost}).table("collectives") is lost
     assert "collectives: 1 case(s) lack some rank's rows" in capsys.readouterr().err
+
+
+def _write_mixed_run(out: Path) -> Path:
+    """Four ranks whose halves differ: columns only the second half has, a number that is
+    an integer in one half and a fraction in the other, a series only rank 3 has, a timeline
+    and a case rank 2 measured twice (a resumed run: the last one counts)."""
+    run_dir = create_run_dir(out, "mixed")
+    update_run_json(run_dir, run_id=run_dir.name, status="complete")
+    for rank in range(4):
+        writer = ShardWriter(shard_path(run_dir, rank))
+        params: dict[str, Any] = {"variant": "a", "n": 1} if rank < 2 else {}
+        if rank >= 2:
+            params = {"variant": None, "n": 2.5, "later": "x", "stages": [rank]}
+        for case_id, times in [("c1", [1.0, 2.0]), ("c2", [3.0 + rank])] + (
+            [("c1", [7.0, 8.0, 9.0])] if rank == 2 else []
+        ):
+            writer.write(
+                CaseRecord(
+                    probe="memory", case_id=case_id, where=_where(rank), params=params,
+                    times_us=times, results={"nwrong": 0},
+                    series={"extra_us": [0.5] * len(times)} if rank == 3 else {},
+                ).to_dict()
+            )  # fmt: skip
+        rows = [{"iteration": 0, "kind": "F", "start_us": 0.0, "end_us": float(rank)}]
+        writer.write(timeline_record("pipeline", "p1", _where(rank), rows))
+        writer.close()
+    return run_dir
+
+
+def test_shards_read_in_two_processes_give_the_tables_read_in_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the size where consolidation reads the second half of the ranks in another
+    process (forced here: 0 bytes), every table is the one a single reading gives; and when
+    that process cannot run (its Python fails), its half is read here."""
+    from gpuprof.runs.tables import _tables, as_pandas
+
+    run_dir = _write_mixed_run(tmp_path)
+
+    def frames(parallel_bytes: int | None) -> dict[str, pd.DataFrame]:
+        found = _tables(run_dir, parallel_bytes)
+        return {k: as_pandas(v) if isinstance(v, pa.Table) else v for k, v in found.items()}
+
+    one = frames(None)
+    assert set(one) == {"memory", "pipeline_timeline"}
+    memory = one["memory"]
+    rank2 = memory[(memory["rank"] == 2) & (memory["case_id"] == "c1")]
+    assert rank2["time_us"].tolist() == [7.0, 8.0, 9.0]  # its last measurement of c1
+    assert one["memory"]["extra_us"].notna().sum() == 3  # rank 3's two records
+    for attempt in ("two processes", "the other fails"):
+        if attempt == "the other fails":
+            monkeypatch.setattr(sys, "executable", shutil.which("false") or "/bin/false")
+        two = frames(0)
+        assert set(two) == set(one), attempt
+        for name, frame in one.items():
+            pd.testing.assert_frame_equal(two[name], frame, obj=f"{name} ({attempt})")
 
 
 def test_a_line_only_pythons_json_reads_is_kept(tmp_path: Path) -> None:

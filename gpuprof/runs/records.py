@@ -204,11 +204,16 @@ def read_shard(path: Path) -> Iterator[dict[str, Any]]:
 _BULK = ('{"type":"case",', '{"type":"timeline",')
 
 
+def shard_paths(run_dir: Path) -> list[Path]:
+    """The run's rank shards, in rank order."""
+    return sorted((run_dir / RANKS_DIR).glob("rank-*.jsonl"))
+
+
 def iter_run_events(run_dir: Path) -> Iterator[dict[str, Any]]:
     """The records of every rank shard, rank by rank, a measured case or timeline only as
     `{"type": ..., "rank": R}` (a shard holds one rank's lines): a run's events (skips,
     failures, the case in flight) read without parsing its measurements again."""
-    for path in sorted((run_dir / RANKS_DIR).glob("rank-*.jsonl")):
+    for path in shard_paths(run_dir):
         rank = int(path.stem.rpartition("-")[2])
 
         def brief(line: str, rank: int = rank) -> dict[str, Any] | None:
@@ -221,5 +226,5 @@ def iter_run_events(run_dir: Path) -> Iterator[dict[str, Any]]:
 
 def iter_run_records(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Yield the records of every rank shard of a run, rank by rank."""
-    for path in sorted((run_dir / RANKS_DIR).glob("rank-*.jsonl")):
+    for path in shard_paths(run_dir):
         yield from read_shard(path)

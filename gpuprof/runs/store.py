@@ -21,6 +21,7 @@ import pandas as pd
 
 from gpuprof.errors import GpuprofError, RunNotFoundError, UsageError
 from gpuprof.machine.env import gpuprof_version
+from gpuprof.runs.cases import case_key
 from gpuprof.runs.plan import SweepPlan
 from gpuprof.runs.records import (
     FAILED_FLAG,
@@ -30,7 +31,7 @@ from gpuprof.runs.records import (
     iter_run_records,
     warn,
 )
-from gpuprof.runs.tables import build_tables, case_key, incomplete_cases, read_parquet
+from gpuprof.runs.tables import build_tables, incomplete_cases, read_parquet
 
 RUN_JSON = "run.json"
 PLAN_JSON = "plan.json"

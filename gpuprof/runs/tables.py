@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -19,129 +18,21 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from gpuprof.runs.records import iter_run_records, read_jsonl
-
-COMMON_COLUMNS = (
-    "probe",
-    "case_id",
-    "rank",
-    "node_rank",
-    "host",
-    "world_size",
-    "num_nodes",
-    "scope",
-    "group",
-    "group_rank",
-    "iteration",
-    "time_us",
+from gpuprof.runs.cases import (
+    COMMON_COLUMNS,
+    PARALLEL_BYTES,
+    case_tables,
+    read_part,
+    read_parts,
+    timeline_records,
 )
-
-
-def case_key(rec: dict[str, Any]) -> tuple[Any, ...]:
-    return (rec["probe"], rec["scope"], rec["world_size"], rec["group"], rec["case_id"])
-
-
-def _latest_cases(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Case records, the last one per rank and case (a resumed run may repeat a case)."""
-    latest = {}
-    for rec in records:
-        if rec.get("type") == "case":
-            latest[(*case_key(rec), rec["rank"])] = rec
-    return list(latest.values())
-
-
-def _case_rows(records: Iterable[dict[str, Any]]) -> dict[str, pa.Table]:
-    """Expand case records into one row per iteration, grouped by probe. A record's own
-    values are kept once per record and repeated over its iterations by arrow (a run of
-    1,024 ranks has tens of millions of iterations: a Python value per row and column took
-    most of its consolidation), text as a dictionary: each record's value once, its rows
-    pointing at it (parquet stores text so; encoding 22 M strings again took 17 s)."""
-    per_probe: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for rec in _latest_cases(records):
-        per_probe[rec["probe"]].append(rec)
-    return {probe: _expand(recs) for probe, recs in per_probe.items()}
-
-
-def _own(rec: dict[str, Any]) -> dict[str, Any]:
-    """A record's values that hold for every one of its iterations."""
-    return {
-        **{k: rec[k] for k in COMMON_COLUMNS if k not in ("iteration", "time_us")},
-        **rec.get("params", {}),
-        **rec.get("results", {}),
-        "start_unix_ns": rec.get("start_unix_ns", 0),
-        "end_unix_ns": rec.get("end_unix_ns", 0),
-        "warmup_iters": rec.get("warmup_iters", 0),
-    }
-
-
-def _expand(records: list[dict[str, Any]]) -> pa.Table:
-    """One probe's case records as rows, one per iteration: the first record's own columns,
-    the iteration and its time, the columns later records added, then the per-iteration
-    series."""
-    counts = np.array([len(rec["times_us"]) for rec in records], dtype=np.int64)
-    values: dict[str, list[Any]] = {}
-    series: dict[str, list[Any]] = {}
-    for i, rec in enumerate(records):
-        own = _own(rec)
-        for key, value in own.items():
-            if key not in values:  # a column new in this record
-                values[key] = [None] * i
-            values[key].append(value)
-        for key in values.keys() - own.keys():
-            values[key].append(None)
-        for key in rec.get("series") or {}:
-            if key not in series:
-                series[key] = [[None] * int(n) for n in counts[:i]]
-        for key, column in series.items():
-            num, got = int(counts[i]), (rec.get("series") or {}).get(key) or []
-            column.append([got[j] if j < len(got) else None for j in range(num)])
-
-    rows = pa.array(np.repeat(np.arange(len(records)), counts))  # each row's record
-
-    def repeated(key: str) -> pa.Array:
-        per_record = pa.array(values[key])  # a type error as pandas' parquet writer gave it
-        if pa.types.is_string(per_record.type):
-            text = per_record.dictionary_encode()
-            indices = np.repeat(text.indices.fill_null(0).to_numpy(), counts)
-            missing = per_record.is_null().to_numpy(zero_copy_only=False)
-            mask = np.repeat(missing, counts) if missing.any() else None
-            return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), text.dictionary)
-        if per_record.null_count == 0 and pa.types.is_primitive(per_record.type):
-            plain = per_record.to_numpy(zero_copy_only=False)
-            return pa.array(np.repeat(plain, counts), type=per_record.type)
-        return per_record.take(rows)  # missing values, lists, ...
-
-    names, first = list(values), len(_own(records[0]))
-    columns: dict[str, pa.Array] = {k: repeated(k) for k in names[:first]}
-    columns.update({k: pa.array(v) for k, v in _iterations(records, counts).items()})
-    columns.update({k: repeated(k) for k in names[first:]})
-    for key, per_record in series.items():
-        columns[key] = pa.array([v for chunk in per_record for v in chunk])
-    return pa.table(columns)
-
-
-def _iterations(records: list[dict[str, Any]], counts: np.ndarray) -> dict[str, np.ndarray]:
-    """The iteration number and time of every row."""
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-
-    def every() -> Iterator[Any]:  # no array per record
-        return chain.from_iterable(rec["times_us"] for rec in records)
-
-    try:
-        times = np.fromiter(every(), dtype=float, count=int(counts.sum()))
-    except (TypeError, ValueError):  # a missing time (null) among them: NaN, as numpy reads it
-        times = np.array(list(every()), dtype=float)
-    return {"iteration": np.arange(int(counts.sum())) - starts, "time_us": times}
+from gpuprof.runs.records import read_jsonl, shard_paths
 
 
 def _timeline_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     """Timeline records -> one row per interval, grouped by probe (`<probe>_timeline`)."""
-    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for rec in records:
-        if rec.get("type") == "timeline":
-            latest[(*case_key(rec), rec["rank"])] = rec  # a resumed run may repeat a case
     frames: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for rec in latest.values():
+    for rec in records:
         fixed = {k: rec[k] for k in COMMON_COLUMNS if k in rec}
         frames[f"{rec['probe']}_timeline"].extend({**fixed, **row} for row in rec["rows"])
     return {name: pd.DataFrame(rows) for name, rows in frames.items()}
@@ -156,15 +47,17 @@ def build_tables(run_dir: Path) -> dict[str, pd.DataFrame]:
     }
 
 
-def _tables(run_dir: Path) -> dict[str, pa.Table | pd.DataFrame]:
-    # the telemetry's JSON parsed by arrow's C++ reader on another core meanwhile (it lets go
-    # of the GIL): 23 -> 19 s of reading 1,024 ranks' shards and 128 nodes' samples
+def _tables(run_dir: Path, parallel_bytes: int | None = None) -> dict[str, pa.Table | pd.DataFrame]:
+    """The tables from the shards: read in two processes past `parallel_bytes` of shards
+    (`runs.cases`; None: in this one), the telemetry's JSON parsed by arrow's C++ reader on
+    another core meanwhile (it lets go of the GIL: 23 -> 19 s at 1,024 ranks)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         samples = pool.submit(read_telemetry, run_dir)
-        records = list(iter_run_records(run_dir))  # read the shards once
+        parts = read_parts(run_dir, parallel_bytes) if parallel_bytes is not None else None
+        parts = parts or [read_part(shard_paths(run_dir))]
         tables: dict[str, pa.Table | pd.DataFrame] = {
-            **_case_rows(records),
-            **_timeline_rows(records),
+            **case_tables(parts),
+            **_timeline_rows(timeline_records(parts)),
         }
         telemetry = samples.result()
     if telemetry is not None:
@@ -178,7 +71,7 @@ def consolidate(run_dir: Path, keep: dict[str, pd.DataFrame] | None = None) -> d
     type plain text (no arrow schema stored: a reader gets strings, not categories). `keep`
     receives the measured tables as a reader of the files gets them, for a report written
     next in this process (reading 30 M rows back took seconds)."""
-    written, tables = {}, _tables(run_dir)
+    written, tables = {}, _tables(run_dir, PARALLEL_BYTES)
     # each file written on the other core while the next table is built for the report (both
     # in arrow's C++, which lets go of the GIL): 15-20 -> 7.5 s at 1,024 ranks
     with ThreadPoolExecutor(max_workers=1) as pool:
