@@ -84,18 +84,30 @@ def read_parts(run_dir: Path, parallel_bytes: int = PARALLEL_BYTES) -> list[Part
         return [read_part(paths)]
     cut = max(1, min(len(paths) - 1, int(np.searchsorted(sizes, sizes[-1] / 2))))
     home = str(Path(__file__).resolve().parents[2])  # the gpuprof this process runs
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([home, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [home, os.environ.get("PYTHONPATH")])),
+    }
     code = "from gpuprof.runs.cases import _other_part; _other_part()"
     try:
         other = subprocess.Popen(
-            [sys.executable, "-c", code, str(run_dir), str(cut)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            env=env,
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )
-    except OSError:
+    except OSError:  # it could not start
         return [read_part(paths[:cut]), read_part(paths[cut:])]
-    mine = read_part(paths[:cut])
+    try:
+        with other.stdin or open(os.devnull, "wb") as send:  # its shards' paths, NUL after each
+            send.write(b"".join(os.fsencode(p) + b"\0" for p in paths[cut:]))
+    except OSError:  # it died at once
+        other.kill()
+        other.wait()
+        return [read_part(paths[:cut]), read_part(paths[cut:])]
+    try:
+        mine = read_part(paths[:cut])
+    except BaseException:  # an error or an interrupt here: the other half is not wanted
+        other.kill()
+        other.wait()
+        raise
     with other:
         try:
             theirs = pickle.load(other.stdout)  # type: ignore[arg-type]
@@ -108,11 +120,10 @@ def read_parts(run_dir: Path, parallel_bytes: int = PARALLEL_BYTES) -> list[Part
 
 
 def _other_part() -> None:
-    """The other process of `read_parts`: argv RUN_DIR FIRST (the first shard's index), the
+    """The other process of `read_parts`: its shards' paths on stdin, a NUL after each; the
     part pickled on stdout."""
-    run_dir, first = Path(sys.argv[1]), int(sys.argv[2])
-    part = read_part(shard_paths(run_dir)[first:])
-    pickle.dump(part, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    paths = [Path(os.fsdecode(p)) for p in sys.stdin.buffer.read().split(b"\0") if p]
+    pickle.dump(read_part(paths), sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
     sys.stdout.buffer.flush()
 
 
