@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from gpuprof import open_run
-from gpuprof.analysis.health import attribute, case_windows, node_series, nodes_series
+from gpuprof.analysis.health import attribute, case_windows
+from gpuprof.analysis.series import node_series, nodes_series
 from gpuprof.machine.clocks import decode_reasons
 from gpuprof.machine.fake_nvml import FakeNVML
 from gpuprof.telemetry import sampler
@@ -206,6 +207,64 @@ def test_attribution_interpolates_bytes_and_flags_throttling() -> None:
     assert out.loc["a", "nic_ratio"] == pytest.approx(10.0)
     assert not out.loc["a", "throttled"] and out.loc["b", "throttled"]
     assert out.loc["a", "gpu_util_pct"] == 90.0 and out.loc["a", "power_w"] == 300.0
+
+
+def test_attribution_of_many_hosts_matches_each_window_read_by_hand() -> None:
+    """Three hosts sampled at their own times (2 GPUs each, one with NaN values, random
+    reasons and flags, a host without GPUs, samples out of order), windows listed in no
+    order: each window's numbers equal those computed from its own samples directly."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for h, host in enumerate(["a", "b", "c"]):
+        for i in rng.permutation(40):
+            t = int(h * 3 + i * 10)
+            rows.append({"t_ns": t, "host": host, "source": "nic:eth0", "tx_bytes": 7.0 * t})
+            if host == "c":
+                continue
+            for gpu in ("gpu0", "gpu1"):
+                rows.append(
+                    {
+                        "t_ns": t, "host": host, "source": gpu,
+                        "gpu_util_pct": np.nan if rng.random() < 0.2 else rng.uniform(0, 100),
+                        "power_w": rng.uniform(100, 700),
+                        "throttled": bool(rng.random() < 0.1),
+                        "power_capped": bool(rng.random() < 0.3),
+                        "clock_reasons": int(rng.choice([0, 0, 0, 4, 8, 32, 36])),
+                    }
+                )  # fmt: skip
+    telemetry = pd.DataFrame(rows)
+    starts = rng.integers(0, 350, 30)
+    windows = pd.DataFrame(
+        {
+            "host": rng.choice(["a", "b", "c"], 30),
+            "case_id": [f"w{i}" for i in range(30)],
+            "start_ns": starts,
+            "end_ns": starts + rng.integers(0, 60, 30),
+            "expected_tx_bytes": 100.0,
+        }
+    ).set_axis(rng.permutation(30) + 100)  # labels in no order
+    windows["duration_s"] = (windows["end_ns"] - windows["start_ns"]) / 1e9
+    out = attribute(windows, telemetry)
+    assert out["case_id"].tolist() == windows["case_id"].tolist()
+    for window, got in zip(windows.to_dict("records"), out.to_dict("records"), strict=True):
+        mine = telemetry[
+            (telemetry["host"] == window["host"])
+            & telemetry["t_ns"].between(window["start_ns"], window["end_ns"])
+            & telemetry["source"].str.startswith("gpu")
+        ]
+        assert got["num_gpu_samples"] == len(mine)
+        per_instant = mine.groupby("t_ns")
+        util = per_instant["gpu_util_pct"].mean().mean()  # NaN without any value
+        power = per_instant["power_w"].sum().mean()
+        assert got["gpu_util_pct"] == pytest.approx(util, nan_ok=True)
+        assert got["power_w"] == pytest.approx(power, nan_ok=True)
+        assert got["throttled"] == bool(mine["throttled"].any())
+        capped = 100 * mine["power_capped"].sum() / len(mine) if len(mine) else np.nan
+        assert got["power_capped_pct"] == pytest.approx(capped, nan_ok=True)
+        mask = int(np.bitwise_or.reduce(mine["clock_reasons"].astype(int))) if len(mine) else 0
+        reasons = sorted(r for r in decode_reasons(mask) if r != "sw_power_cap")
+        assert got["clock_reasons_seen"] == ",".join(reasons)
+        assert got["nic_tx_bytes"] == pytest.approx(7.0 * (window["end_ns"] - window["start_ns"]))
 
 
 def test_node_series_decimates() -> None:

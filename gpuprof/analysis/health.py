@@ -13,6 +13,8 @@ bytes the host's NICs sent with the bytes the collective had to send from that h
 
 from __future__ import annotations
 
+from collections import defaultdict
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -113,19 +115,32 @@ def _network(telemetry: pd.DataFrame) -> pd.DataFrame:
     return telemetry[net]
 
 
-def _sent_bytes(net: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """One host's sent bytes in each window: every network source's cumulative counter
-    interpolated at the window's edges, summed; NaN where a source's samples do not cover
-    the window."""
-    total = np.zeros(len(starts))
-    for _, rows in net.groupby("source", sort=False):
-        rows = rows.sort_values("t_ns")
-        t, tx = rows["t_ns"].to_numpy(float), rows["tx_bytes"].to_numpy(float)
-        if len(t) < 2:
-            return np.full(len(starts), np.nan)
-        covered = (ends >= t[0]) & (starts <= t[-1])
-        total += np.where(covered, np.interp(ends, t, tx) - np.interp(starts, t, tx), np.nan)
-    return total
+class _NetCounters:
+    """Every host's cumulative NIC counters, sorted by host, source (in the order they first
+    appear) and time at once; `sent(host, starts, ends)`: the bytes its sources sent in each
+    window, each counter interpolated at the window's edges, summed; NaN where a source's
+    samples do not cover the window (or a source has fewer than 2)."""
+
+    def __init__(self, net: pd.DataFrame) -> None:
+        grouping = net.groupby(["host", "source"], sort=False)
+        ids = grouping.ngroup().to_numpy()
+        order = np.lexsort((net["t_ns"].to_numpy(float), ids))
+        self.t = net["t_ns"].to_numpy(float)[order]
+        self.tx = net["tx_bytes"].to_numpy(float)[order] if len(net) else self.t
+        bounds = np.searchsorted(ids[order], np.arange(grouping.ngroups + 1))
+        self.slices: dict[Any, list[tuple[int, int]]] = {}
+        for group, host in enumerate(grouping.size().index.get_level_values(0)):
+            self.slices.setdefault(host, []).append((bounds[group], bounds[group + 1]))
+
+    def sent(self, host: Any, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        total = np.zeros(len(starts))
+        for a, b in self.slices.get(host, []):
+            t, tx = self.t[a:b], self.tx[a:b]
+            if len(t) < 2:
+                return np.full(len(starts), np.nan)
+            covered = (ends >= t[0]) & (starts <= t[-1])
+            total += np.where(covered, np.interp(ends, t, tx) - np.interp(starts, t, tx), np.nan)
+        return total
 
 
 def _flag(samples: pd.DataFrame, column: str) -> pd.Series:
@@ -152,59 +167,96 @@ class _Prefix:
         self.sum = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
         self.count = np.concatenate([[0], np.cumsum(finite)])
 
+    def total(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        total: np.ndarray = self.sum[hi] - self.sum[lo]
+        return total
+
     def mean(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         count = self.count[hi] - self.count[lo]
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(count > 0, (self.sum[hi] - self.sum[lo]) / count, np.nan)
 
 
-def _gpu_state(gpus: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> dict[str, Any]:
-    """One host's GPU samples over each window (inclusive edges): the number of samples, the
-    per-instant combination of each column averaged over the window's instants (NaN without a
-    value, never zero), `throttled` if any sample had a slowdown reason, the reasons seen
-    (power cap left out: shown, not held against a case), `clock_low`, and the share of
-    samples at the power limit."""
-    by_t = gpus.groupby("t_ns", sort=True)
-    t = by_t.size().index.to_numpy(float)
-    lo, hi = np.searchsorted(t, starts, "left"), np.searchsorted(t, ends, "right")
+class _GpuInstants:
+    """Every host's GPU samples combined per sample instant, all hosts at once (rows sorted
+    by host, then time; sums per instant by `reduceat` over the sorted rows, not a groupby
+    per host): rows, each `_GPU_COLUMNS` value combined, flagged rows, clock-event reasons
+    or-ed. `over(host, starts, ends)` reads a host's windows (inclusive edges) from prefix
+    sums over its instants."""
 
-    def in_window(per_instant: pd.Series) -> np.ndarray:
-        """Each window's sum of a per-instant count."""
-        prefix = _Prefix(per_instant.to_numpy(float))
-        return np.asarray(prefix.sum[hi] - prefix.sum[lo])
+    def __init__(self, gpus: pd.DataFrame) -> None:
+        hosts, self.names = pd.factorize(gpus["host"].astype(str))
+        times = gpus["t_ns"].to_numpy(dtype=float, na_value=np.nan)
+        order = np.lexsort((times, hosts))
+        hosts, times = hosts[order], times[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (hosts[1:] != hosts[:-1]) | (times[1:] != times[:-1])
+        first = np.flatnonzero(new)  # each instant's first row
+        self.host = hosts[first]
+        self.t = times[first]
+        self.samples = _Prefix(np.diff(np.append(first, len(order))).astype(float))
 
-    def flagged(column: str) -> np.ndarray:
-        """Each window's samples with the flag set."""
-        return in_window(_flag(gpus, column).groupby(gpus["t_ns"]).sum())
+        def per_instant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            values = values[order]
+            finite = ~np.isnan(values)
+            total = np.add.reduceat(np.where(finite, values, 0.0), first) if len(first) else values
+            return total, np.add.reduceat(finite, first) if len(first) else finite
 
-    samples = np.rint(in_window(by_t.size())).astype(int)
-    out: dict[str, Any] = {"num_gpu_samples": samples}
-    for column, how in _GPU_COLUMNS:
-        if column in gpus.columns and gpus[column].notna().any():
-            per_t = by_t[column].agg(how) if how == "mean" else by_t[column].sum(min_count=1)
-            out[column] = _Prefix(per_t.to_numpy(float)).mean(lo, hi)
-        else:
-            out[column] = np.full(len(starts), np.nan)
-    out["throttled"] = flagged("throttled") > 0
-    out["clock_reasons_seen"] = _reasons_seen(gpus, len(t), lo, hi)
-    out["clock_low"] = flagged("clock_low") > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = 100.0 * flagged("power_capped") / samples
-    out["power_capped_pct"] = np.where(samples > 0, share, np.nan)
-    return out
+        self.values: dict[str, _Prefix] = {}
+        for column, how in _GPU_COLUMNS:
+            if column in gpus.columns:
+                total, count = per_instant(gpus[column].to_numpy(dtype=float, na_value=np.nan))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    combined = total / count if how == "mean" else total  # mean or sum
+                self.values[column] = _Prefix(np.where(count > 0, combined, np.nan))
+        self.flags = {
+            column: _Prefix(per_instant(_flag(gpus, column).to_numpy(float))[0])
+            for column in ("throttled", "clock_low", "power_capped")
+        }
+        masks: np.ndarray = np.zeros(len(order), dtype=np.int64)
+        if "clock_reasons" in gpus.columns:
+            masks = gpus["clock_reasons"].fillna(0).astype("int64").to_numpy()[order]
+        self.masks = np.bitwise_or.reduceat(masks, first) if len(first) else masks
+        self.bounds = np.searchsorted(self.host, np.arange(len(self.names) + 1))
 
+    def over(self, host: str, starts: np.ndarray, ends: np.ndarray) -> dict[str, Any] | None:
+        """A host's GPU state over each window (None: no GPU samples from it): the number
+        of samples, each column's per-instant combination averaged over the window's instants
+        (NaN without a value, never zero), `throttled` if any sample had a slowdown reason,
+        the reasons seen (power cap left out: shown, not held against a case), `clock_low`,
+        and the share of samples at the power limit."""
+        found = np.flatnonzero(self.names == host)
+        if not len(found):
+            return None
+        a, b = self.bounds[found[0]], self.bounds[found[0] + 1]
+        lo = a + np.searchsorted(self.t[a:b], starts, "left")
+        hi = a + np.searchsorted(self.t[a:b], ends, "right")
+        samples = np.rint(self.samples.total(lo, hi)).astype(int)
+        out: dict[str, Any] = {"num_gpu_samples": samples}
+        for column, _ in _GPU_COLUMNS:
+            prefix = self.values.get(column)
+            out[column] = prefix.mean(lo, hi) if prefix else np.full(len(starts), np.nan)
+        out["throttled"] = self.flags["throttled"].total(lo, hi) > 0
+        out["clock_reasons_seen"] = self._reasons(lo, hi)
+        out["clock_low"] = self.flags["clock_low"].total(lo, hi) > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = 100.0 * self.flags["power_capped"].total(lo, hi) / samples
+        out["power_capped_pct"] = np.where(samples > 0, share, np.nan)
+        return out
 
-def _reasons_seen(gpus: pd.DataFrame, instants: int, lo: np.ndarray, hi: np.ndarray) -> list[str]:
-    """The clock-event reasons any sample of each window reported (the power cap left out)."""
-    masks = np.zeros(instants, dtype=np.int64)
-    if "clock_reasons" in gpus.columns:
-        reasons = gpus["clock_reasons"].fillna(0).astype("int64")
-        masks = reasons.groupby(gpus["t_ns"]).agg(np.bitwise_or.reduce).to_numpy(np.int64)
-    seen = []
-    for a, b in zip(lo, hi, strict=True):
-        mask = int(np.bitwise_or.reduce(masks[a:b])) if b > a else 0
-        seen.append(",".join(r for r in sorted(decode_reasons(mask)) if r != "sw_power_cap"))
-    return seen
+    def _reasons(self, lo: np.ndarray, hi: np.ndarray) -> list[str]:
+        """The clock-event reasons any instant of each window reported (a bit seen in a
+        window: its count of instants with the bit, by prefix sums), named once per mask."""
+        seen = np.zeros(len(lo), dtype=np.int64)
+        present = int(np.bitwise_or.reduce(self.masks)) if len(self.masks) else 0
+        for bit in (b for b in range(63) if present >> b & 1):
+            with_bit = _Prefix(((self.masks >> bit) & 1).astype(float))
+            seen |= np.where(with_bit.total(lo, hi) > 0, 1 << bit, 0)
+        names = {
+            mask: ",".join(r for r in sorted(decode_reasons(mask)) if r != "sw_power_cap")
+            for mask in np.unique(seen).tolist()
+        }
+        return [names[mask] for mask in seen.tolist()]
 
 
 def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
@@ -222,15 +274,14 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
     gpus = telemetry.loc[gpu, [c for c in used if c in telemetry.columns]]
     net = _network(telemetry)
     net = net[[c for c in ("t_ns", "host", "source", "tx_bytes") if c in net.columns]]
-    gpus_of = dict(tuple(gpus.groupby("host", sort=False)))
-    net_of = dict(tuple(net.groupby("host", sort=False)))
-    parts = []
+    instants, counters = _GpuInstants(gpus), _NetCounters(net)
+    windows = windows.reset_index(drop=True)  # a window's label is its position
+    rows, added = [], defaultdict(list)  # each host's windows, and their new columns
     for host, part in windows.groupby("host", sort=False):
         starts, ends = part["start_ns"].to_numpy(float), part["end_ns"].to_numpy(float)
-        sent = _sent_bytes(net_of[host], starts, ends) if host in net_of else np.zeros(len(part))
+        sent = counters.sent(host, starts, ends)
         duration = np.maximum(part["duration_s"].to_numpy(float), 1e-9)
-        host_gpus = gpus_of.get(host, gpus.iloc[:0])
-        state = _gpu_state(host_gpus, starts, ends) if len(host_gpus) else _no_gpus(len(part))
+        state = instants.over(str(host), starts, ends) or _no_gpus(len(part))
         columns = {
             "num_gpu_samples": state.pop("num_gpu_samples"),
             "nic_tx_bytes": sent,
@@ -238,8 +289,15 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
             **{column: state.pop(column) for column, _ in _GPU_COLUMNS},
             **state,
         }
-        parts.append(part.assign(**columns))
-    frame = pd.concat(parts).loc[windows.index].reset_index(drop=True)
+        rows.append(part.index.to_numpy())
+        for column, values in columns.items():
+            added[column].append(values)
+    order = np.argsort(np.concatenate(rows), kind="stable")  # back to the windows' order
+    frame = windows.copy()
+    for column, pieces in added.items():
+        values = list(chain.from_iterable(pieces)) if isinstance(pieces[0], list) else None
+        whole = np.concatenate(pieces) if values is None else values
+        frame[column] = [whole[i] for i in order] if values is not None else whole[order]
     frame["nic_ratio"] = frame["nic_tx_bytes"] / frame["expected_tx_bytes"]
     return frame
 
@@ -255,104 +313,3 @@ def _no_gpus(count: int) -> dict[str, Any]:
         "clock_low": np.zeros(count, dtype=bool),
         "power_capped_pct": nan,
     }
-
-
-def node_series(telemetry: pd.DataFrame, host: str, max_points: int = 1500) -> pd.DataFrame:
-    """One node's time series (`nodes_series` of its samples)."""
-    found = nodes_series(telemetry[telemetry["host"].astype(str) == host], max_points)
-    return found.get(host, pd.DataFrame(columns=["t_ns"]))
-
-
-def nodes_series(telemetry: pd.DataFrame, max_points: int = 1500) -> dict[str, pd.DataFrame]:
-    """Each node's time series, one row per time bucket (means; `throttled` if any sample in
-    the bucket was): CPU (mean and busiest core) and GPU utilization, GPU power (sum), SM
-    clock (mean), and network, NVLink and PCIe throughput (sums, both directions); a series
-    a node never measured is left out of its frame. At most `max_points` rows a node, so a
-    long run stays small in the report. Every node's samples are aggregated at once, keyed
-    by node and sample time (node by node, 128 nodes took 9 s)."""
-    hosts, names = pd.factorize(telemetry["host"].astype(str), sort=True)
-    times = telemetry["t_ns"].to_numpy()
-    src = telemetry["source"].astype(str)
-    parts: dict[str, tuple[pd.Series, np.ndarray]] = {}  # by (host, t_ns); hosts measured
-
-    def per_time(mask: pd.Series, columns: list[str], how: str) -> pd.Series:
-        chosen = mask.to_numpy()
-        frame = telemetry.loc[chosen, columns]
-        grouped = frame.groupby([hosts[chosen], times[chosen]])
-        if how == "total":  # summed over the node's devices, then over the columns
-            return grouped.sum(min_count=1).sum(axis=1, min_count=1)
-        return grouped[columns[0]].agg(how)
-
-    def measured(mask: pd.Series, columns: list[str]) -> np.ndarray:
-        chosen = mask.to_numpy()
-        present = telemetry.loc[chosen, columns].notna().any(axis=1).to_numpy()
-        return np.unique(hosts[chosen][present])
-
-    gpu = src.str.startswith("gpu")
-    net = (src.str.startswith("nic:") & (src != "nic:lo")) | src.str.startswith("ib:")
-    for name, mask, columns, how in (
-        ("cpu_pct", src == "host", ("cpu_pct",), "mean"),
-        ("cpu_max_pct", src == "host", ("cpu_max_pct",), "max"),
-        ("gpu_util_pct", gpu, ("gpu_util_pct",), "mean"),
-        ("power_w", gpu, ("power_w",), "sum"),
-        ("sm_clock_mhz", gpu, ("sm_clock_mhz",), "mean"),
-        ("network_gbps", net, ("tx_gbps", "rx_gbps"), "total"),
-        ("nvlink_gbps", gpu, ("nvlink_tx_gbps", "nvlink_rx_gbps"), "total"),
-        ("pcie_gbps", gpu, ("pcie_tx_gbps", "pcie_rx_gbps"), "total"),
-    ):
-        present = [c for c in columns if c in telemetry.columns]
-        if present:
-            parts[name] = (per_time(mask, present, how), measured(mask, present))
-    if "throttled" in telemetry.columns:
-        flags = telemetry["throttled"].astype("boolean").fillna(False).astype(bool)
-        chosen = gpu.to_numpy()
-        any_flag = flags[chosen].groupby([hosts[chosen], times[chosen]]).any()
-        parts["throttled"] = (any_flag, np.unique(hosts[chosen]))
-    mine: dict[int, dict[str, pd.Series]] = {host: {} for host in range(len(names))}
-    for name, (part, measured_by) in parts.items():
-        # sorted by host: each host's rows are one slice
-        code = part.index.get_level_values(0).to_numpy()
-        bounds = np.searchsorted(code, measured_by, side="left")
-        ends = np.searchsorted(code, measured_by, side="right")
-        for host, a, b in zip(measured_by.tolist(), bounds, ends, strict=True):
-            mine[host][name] = part.iloc[a:b].droplevel(0)
-    return {
-        str(names[host]): _decimated(pd.DataFrame(series), max_points)
-        for host, series in mine.items()
-    }
-
-
-def _decimated(series: pd.DataFrame, max_points: int) -> pd.DataFrame:
-    """A node's series by sample time -> at most `max_points` rows (means of equal buckets;
-    throttled if any sample in the bucket was)."""
-    if series.empty and not len(series.columns):
-        return pd.DataFrame(columns=["t_ns"])
-    series = series.sort_index()
-    series["t_ns"] = series.index.to_numpy(dtype="float64")
-    bucket = np.floor(np.linspace(0, max_points, num=len(series), endpoint=False)).astype(int)
-    grouped = series.groupby(bucket)
-    out = grouped.mean(numeric_only=True)
-    out["t_ns"] = out["t_ns"].astype("int64")
-    if "throttled" in series.columns:
-        out["throttled"] = grouped["throttled"].any().to_numpy()
-    return out.reset_index(drop=True)
-
-
-def probe_spans(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """When each probe ran on each host (for shading the time series), from each record's
-    first row (`record_starts`: a record's window is on every one of its rows)."""
-    spans = []
-    for probe, table in tables.items():
-        if {"host", "start_unix_ns", "end_unix_ns"} <= set(table.columns):
-            starts = record_starts(table)
-            records = table.iloc[starts][["host", "start_unix_ns", "end_unix_ns"]]
-            for host, rows in records.groupby("host"):
-                spans.append(
-                    {
-                        "probe": probe,
-                        "host": host,
-                        "start_ns": rows["start_unix_ns"].min(),
-                        "end_ns": rows["end_unix_ns"].max(),
-                    }
-                )
-    return pd.DataFrame(spans, columns=["probe", "host", "start_ns", "end_ns"])

@@ -121,7 +121,11 @@ def predict(
     notes: list[str] = []
     fits: list[Fit] = []
     if analyzed.has(COLLECTIVES):
-        fits, notes = fit_collectives(analyzed.summary(COLLECTIVES))
+        # fitted once per run: the report predicts several shapes, its findings again
+        fitted = analyzed.cached(
+            "collective fits", lambda: fit_collectives(analyzed.summary(COLLECTIVES))
+        )
+        fits, notes = list(fitted[0]), list(fitted[1])
     if not fits and system is None:
         raise UsageError(
             "the run has no collective measured at 2 or more sizes: nothing to fit",

