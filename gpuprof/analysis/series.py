@@ -26,40 +26,45 @@ def nodes_series(telemetry: pd.DataFrame, max_points: int = 1500) -> dict[str, p
     times = telemetry["t_ns"].to_numpy()
     src = telemetry["source"].astype(str)
     parts: dict[str, tuple[pd.Series, np.ndarray]] = {}  # by (host, t_ns); hosts measured
-
-    def per_time(mask: pd.Series, columns: list[str], how: str) -> pd.Series:
-        chosen = mask.to_numpy()
-        frame = telemetry.loc[chosen, columns]
+    gpu = src.str.startswith("gpu").to_numpy()
+    net = ((src.str.startswith("nic:") & (src != "nic:lo")) | src.str.startswith("ib:")).to_numpy()
+    kinds = {"host": (src == "host").to_numpy(), "gpu": gpu, "net": net}
+    series = (
+        ("cpu_pct", "host", ("cpu_pct",), "mean"),
+        ("cpu_max_pct", "host", ("cpu_max_pct",), "max"),
+        ("gpu_util_pct", "gpu", ("gpu_util_pct",), "mean"),
+        ("power_w", "gpu", ("power_w",), "sum"),
+        ("sm_clock_mhz", "gpu", ("sm_clock_mhz",), "mean"),
+        ("network_gbps", "net", ("tx_gbps", "rx_gbps"), "total"),
+        ("nvlink_gbps", "gpu", ("nvlink_tx_gbps", "nvlink_rx_gbps"), "total"),
+        ("pcie_gbps", "gpu", ("pcie_tx_gbps", "pcie_rx_gbps"), "total"),
+    )
+    for kind, chosen in kinds.items():
+        # each kind's rows and columns taken once, grouped by node and time once (a groupby
+        # keeps its groups for every aggregation): 3 M samples of 128 nodes
+        wanted = [c for _, k, cols, _ in series if k == kind for c in cols if c in telemetry]
+        if kind == "gpu" and "throttled" in telemetry.columns:
+            wanted.append("throttled")
+        if not wanted:
+            continue
+        frame = telemetry.loc[chosen, wanted]
         grouped = frame.groupby([hosts[chosen], times[chosen]])
-        if how == "total":  # summed over the node's devices, then over the columns
-            return grouped.sum(min_count=1).sum(axis=1, min_count=1)
-        return grouped[columns[0]].agg(how)
-
-    def measured(mask: pd.Series, columns: list[str]) -> np.ndarray:
-        chosen = mask.to_numpy()
-        present = telemetry.loc[chosen, columns].notna().any(axis=1).to_numpy()
-        return np.unique(hosts[chosen][present])
-
-    gpu = src.str.startswith("gpu")
-    net = (src.str.startswith("nic:") & (src != "nic:lo")) | src.str.startswith("ib:")
-    for name, mask, columns, how in (
-        ("cpu_pct", src == "host", ("cpu_pct",), "mean"),
-        ("cpu_max_pct", src == "host", ("cpu_max_pct",), "max"),
-        ("gpu_util_pct", gpu, ("gpu_util_pct",), "mean"),
-        ("power_w", gpu, ("power_w",), "sum"),
-        ("sm_clock_mhz", gpu, ("sm_clock_mhz",), "mean"),
-        ("network_gbps", net, ("tx_gbps", "rx_gbps"), "total"),
-        ("nvlink_gbps", gpu, ("nvlink_tx_gbps", "nvlink_rx_gbps"), "total"),
-        ("pcie_gbps", gpu, ("pcie_tx_gbps", "pcie_rx_gbps"), "total"),
-    ):
-        present = [c for c in columns if c in telemetry.columns]
-        if present:
-            parts[name] = (per_time(mask, present, how), measured(mask, present))
-    if "throttled" in telemetry.columns:
-        flags = telemetry["throttled"].astype("boolean").fillna(False).astype(bool)
-        chosen = gpu.to_numpy()
-        any_flag = flags[chosen].groupby([hosts[chosen], times[chosen]]).any()
-        parts["throttled"] = (any_flag, np.unique(hosts[chosen]))
+        for name, _, columns, how in (s for s in series if s[1] == kind):
+            present = [c for c in columns if c in telemetry.columns]
+            if not present:
+                continue
+            if how == "total":  # summed over the node's devices, then over the columns
+                part = grouped[present].sum(min_count=1).sum(axis=1, min_count=1)
+            else:
+                part = grouped[present[0]].agg(how)
+            measured_by = frame[present].notna().any(axis=1).to_numpy()
+            parts[name] = (part, np.unique(hosts[chosen][measured_by]))
+        if kind == "gpu" and "throttled" in telemetry.columns:
+            flags = frame["throttled"].astype("boolean").fillna(False).astype(bool)
+            any_flag = flags.groupby([hosts[chosen], times[chosen]]).any()
+            parts["throttled"] = (any_flag, np.unique(hosts[chosen]))
+    order = [name for name, *_ in series] + ["throttled"]  # each node's columns in this order
+    parts = {name: parts[name] for name in order if name in parts}
     mine: dict[int, dict[str, pd.Series]] = {host: {} for host in range(len(names))}
     for name, (part, measured_by) in parts.items():
         # sorted by host: each host's rows are one slice

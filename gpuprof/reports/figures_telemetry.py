@@ -52,7 +52,8 @@ def node_figure(series: pd.DataFrame, spans: pd.DataFrame, host: str) -> go.Figu
             col=1,
         )
     # the probes' phases, shaded across every subplot (given to the layout at once: plotly's
-    # add_vrect takes about half a second a call)
+    # add_vrect takes about half a second a call), with the rest of the layout (each call is
+    # checked again in full)
     phases = spans[spans["host"] == host].to_dict("records")
     edges = [((p["start_ns"] - t0) / 1e9, (p["end_ns"] - t0) / 1e9, p["probe"]) for p in phases]
     fig.update_layout(
@@ -68,12 +69,10 @@ def node_figure(series: pd.DataFrame, spans: pd.DataFrame, host: str) -> go.Figu
                "showarrow": False, "xanchor": "left", "yanchor": "bottom"}
               for a, _, probe in edges),
         ],
-    )  # fmt: skip
-    fig.update_layout(
         title=f"{host}: counters during the run",
         height=170 + 170 * len(rows),
         template="plotly_white",
         margin={"l": 60, "r": 20, "t": 60, "b": 40},
-    )
+    )  # fmt: skip
     fig.update_xaxes(title_text="seconds since the first sample", row=len(rows) or 1, col=1)
     return fig
