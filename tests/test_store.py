@@ -214,6 +214,19 @@ def test_shards_read_in_two_processes_give_the_tables_read_in_one(
             pd.testing.assert_frame_equal(two[name], frame, obj=f"{name} ({attempt})")
 
 
+def test_the_other_process_dead_before_its_paths_is_a_false_send() -> None:
+    """A second process that died before it got its shards' paths (more than a pipe holds)
+    is a failed send, not an error, and leaves no pipe open (its half is then read here)."""
+    from gpuprof.runs.cases import _send
+
+    other = subprocess.Popen(["sh", "-c", "exit 1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    other.wait()
+    with other:
+        assert not _send(other, [Path("ranks/rank-00000.jsonl")] * 10_000)
+    assert other.stdin is not None and other.stdin.closed
+    assert other.stdout is not None and other.stdout.closed
+
+
 def test_a_line_only_pythons_json_reads_is_kept(tmp_path: Path) -> None:
     """A time that is not a number (NaN, as Python's json writes it) is read, not skipped."""
     path = tmp_path / "rank-00000.jsonl"

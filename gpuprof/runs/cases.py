@@ -95,28 +95,39 @@ def read_parts(run_dir: Path, parallel_bytes: int = PARALLEL_BYTES) -> list[Part
         )
     except OSError:  # it could not start
         return [read_part(paths[:cut]), read_part(paths[cut:])]
-    try:
-        with other.stdin or open(os.devnull, "wb") as send:  # its shards' paths, NUL after each
-            send.write(b"".join(os.fsencode(p) + b"\0" for p in paths[cut:]))
-    except OSError:  # it died at once
-        other.kill()
-        other.wait()
-        return [read_part(paths[:cut]), read_part(paths[cut:])]
-    try:
-        mine = read_part(paths[:cut])
-    except BaseException:  # an error or an interrupt here: the other half is not wanted
-        other.kill()
-        other.wait()
-        raise
-    with other:
+    with other:  # its pipes closed and the process waited for, whatever happens here
+        sent = _send(other, paths[cut:])
         try:
-            theirs = pickle.load(other.stdout)  # type: ignore[arg-type]
-        except (EOFError, pickle.UnpicklingError, AttributeError, ImportError):
-            theirs = None
-        other.wait()
-    if other.returncode != 0 or not isinstance(theirs, Part):  # it died: read its half here
+            mine = read_part(paths[:cut])
+        except BaseException:  # an error or an interrupt here: the other half is not wanted
+            other.kill()
+            raise
+        theirs = _received(other) if sent else None
+    if other.returncode != 0 or theirs is None:  # it died: read its half here
         theirs = read_part(paths[cut:])
     return [mine, theirs]
+
+
+def _send(other: subprocess.Popen[bytes], paths: list[Path]) -> bool:
+    """Give the other process its shards' paths (a NUL after each); False if it died."""
+    try:
+        if other.stdin is not None:
+            with other.stdin:
+                other.stdin.write(b"".join(os.fsencode(p) + b"\0" for p in paths))
+        return True
+    except OSError:  # it died at once
+        other.kill()
+        return False
+
+
+def _received(other: subprocess.Popen[bytes]) -> Part | None:
+    """The other process's part, or None if it sent none."""
+    try:
+        part = pickle.load(other.stdout) if other.stdout is not None else None
+    except (EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+        return None
+    other.wait()
+    return part if isinstance(part, Part) else None
 
 
 def _other_part() -> None:
