@@ -1,6 +1,7 @@
 """The run format: folders, shards, consolidation, open_run (the run format in the README)."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -195,11 +196,11 @@ def test_shards_read_in_two_processes_give_the_tables_read_in_one(
 
     run_dir = _write_mixed_run(tmp_path)
 
-    def frames(parallel_bytes: int | None) -> dict[str, pd.DataFrame]:
+    def frames(parallel_bytes: float = math.inf) -> dict[str, pd.DataFrame]:
         found = _tables(run_dir, parallel_bytes)
         return {k: as_pandas(v) if isinstance(v, pa.Table) else v for k, v in found.items()}
 
-    one = frames(None)
+    one = frames()
     assert set(one) == {"memory", "pipeline_timeline"}
     memory = one["memory"]
     rank2 = memory[(memory["rank"] == 2) & (memory["case_id"] == "c1")]

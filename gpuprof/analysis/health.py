@@ -14,7 +14,6 @@ bytes the host's NICs sent with the bytes the collective had to send from that h
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -109,10 +108,11 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
     return windows
 
 
-def _network(telemetry: pd.DataFrame) -> pd.DataFrame:
+def network_rows(telemetry: pd.DataFrame) -> np.ndarray:
+    """Which samples count network bytes: the NICs but loopback, and InfiniBand ports."""
     src = telemetry["source"].astype(str)
     net = (src.str.startswith("nic:") & (src != "nic:lo")) | src.str.startswith("ib:")
-    return telemetry[net]
+    return np.asarray(net.to_numpy(), dtype=bool)
 
 
 class _NetCounters:
@@ -267,17 +267,17 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
     require_columns(telemetry, ["t_ns", "host", "source"], "telemetry")
     if windows.empty:
         return pd.DataFrame()
-    # only the columns read here are split by host (a copy of each host's rows)
+    # only the columns read here are taken
     used = ["t_ns", "host", *(c for c, _ in _GPU_COLUMNS)]
     used += ["throttled", "clock_low", "power_capped", "clock_reasons"]
     gpu = telemetry["source"].astype(str).str.startswith("gpu").to_numpy()
     gpus = telemetry.loc[gpu, [c for c in used if c in telemetry.columns]]
-    net = _network(telemetry)
-    net = net[[c for c in ("t_ns", "host", "source", "tx_bytes") if c in net.columns]]
+    chosen = [c for c in ("t_ns", "host", "source", "tx_bytes") if c in telemetry.columns]
+    net = telemetry.loc[network_rows(telemetry), chosen]
     instants, counters = _GpuInstants(gpus), _NetCounters(net)
     windows = windows.reset_index(drop=True)  # a window's label is its position
     rows, added = [], defaultdict(list)  # each host's windows, and their new columns
-    for host, part in windows.groupby("host", sort=False):
+    for host, part in windows.groupby("host", sort=False, dropna=False):  # every window
         starts, ends = part["start_ns"].to_numpy(float), part["end_ns"].to_numpy(float)
         sent = counters.sent(host, starts, ends)
         duration = np.maximum(part["duration_s"].to_numpy(float), 1e-9)
@@ -292,12 +292,13 @@ def attribute(windows: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
         rows.append(part.index.to_numpy())
         for column, values in columns.items():
             added[column].append(values)
-    order = np.argsort(np.concatenate(rows), kind="stable")  # back to the windows' order
+    position = np.concatenate(rows)  # where each host's windows stand among all
     frame = windows.copy()
     for column, pieces in added.items():
-        values = list(chain.from_iterable(pieces)) if isinstance(pieces[0], list) else None
-        whole = np.concatenate(pieces) if values is None else values
-        frame[column] = [whole[i] for i in order] if values is not None else whole[order]
+        whole = np.concatenate([np.asarray(p) for p in pieces])
+        placed = np.empty_like(whole)
+        placed[position] = whole
+        frame[column] = placed.tolist() if placed.dtype.kind == "U" else placed  # text as str
     frame["nic_ratio"] = frame["nic_tx_bytes"] / frame["expected_tx_bytes"]
     return frame
 

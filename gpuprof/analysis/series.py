@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpuprof.analysis.health import network_rows
 from gpuprof.runs.tables import record_starts
 
 
@@ -27,8 +28,7 @@ def nodes_series(telemetry: pd.DataFrame, max_points: int = 1500) -> dict[str, p
     src = telemetry["source"].astype(str)
     parts: dict[str, tuple[pd.Series, np.ndarray]] = {}  # by (host, t_ns); hosts measured
     gpu = src.str.startswith("gpu").to_numpy()
-    net = ((src.str.startswith("nic:") & (src != "nic:lo")) | src.str.startswith("ib:")).to_numpy()
-    kinds = {"host": (src == "host").to_numpy(), "gpu": gpu, "net": net}
+    kinds = {"host": (src == "host").to_numpy(), "gpu": gpu, "net": network_rows(telemetry)}
     series = (
         ("cpu_pct", "host", ("cpu_pct",), "mean"),
         ("cpu_max_pct", "host", ("cpu_max_pct",), "max"),

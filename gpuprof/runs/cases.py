@@ -19,6 +19,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ class Part:
     timelines: list[dict[str, Any]]
 
 
-def read_parts(run_dir: Path, parallel_bytes: int = PARALLEL_BYTES) -> list[Part]:
+def read_parts(run_dir: Path, parallel_bytes: float = PARALLEL_BYTES) -> list[Part]:
     """The run's shards read in parts, in rank order: two at once past `parallel_bytes`
     (the second by another Python, `python -c` of `_other_part`, its part sent back pickled
     on a pipe; read here if that process fails), else one."""
@@ -254,7 +255,10 @@ def expand(parts: list[Collected]) -> pa.Table:
     records = [len(p.counts) for p in parts]
     iterations = [int(p.counts.sum()) for p in parts]
     names = list(dict.fromkeys(k for p in parts for k in p.values))
-    rows = pa.array(np.repeat(np.arange(len(counts)), counts))  # each row's record
+
+    @cache
+    def rows() -> pa.Array:  # each row's record, for what numpy cannot repeat
+        return pa.array(np.repeat(np.arange(len(counts)), counts))
 
     def repeated(key: str) -> pa.Array:
         per_record = _joined([p.values.get(key) for p in parts], records)
@@ -267,7 +271,7 @@ def expand(parts: list[Collected]) -> pa.Table:
         if per_record.null_count == 0 and pa.types.is_primitive(per_record.type):
             plain = per_record.to_numpy(zero_copy_only=False)
             return pa.array(np.repeat(plain, counts), type=per_record.type)
-        return per_record.take(rows)  # missing values, lists, ...
+        return per_record.take(rows())  # missing values, lists, ...
 
     first = parts[0].first
     columns: dict[str, pa.Array] = {k: repeated(k) for k in names[:first]}

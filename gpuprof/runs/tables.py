@@ -4,6 +4,7 @@ run ends (`consolidate`)."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,11 +23,10 @@ from gpuprof.runs.cases import (
     COMMON_COLUMNS,
     PARALLEL_BYTES,
     case_tables,
-    read_part,
     read_parts,
     timeline_records,
 )
-from gpuprof.runs.records import read_jsonl, shard_paths
+from gpuprof.runs.records import read_jsonl
 
 
 def _timeline_rows(records: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -47,14 +47,13 @@ def build_tables(run_dir: Path) -> dict[str, pd.DataFrame]:
     }
 
 
-def _tables(run_dir: Path, parallel_bytes: int | None = None) -> dict[str, pa.Table | pd.DataFrame]:
+def _tables(run_dir: Path, parallel_bytes: float = math.inf) -> dict[str, pa.Table | pd.DataFrame]:
     """The tables from the shards: read in two processes past `parallel_bytes` of shards
-    (`runs.cases`; None: in this one), the telemetry's JSON parsed by arrow's C++ reader on
-    another core meanwhile (it lets go of the GIL: 23 -> 19 s at 1,024 ranks)."""
+    (`runs.cases`; by default in this one), the telemetry's JSON parsed by arrow's C++ reader
+    on another core meanwhile (it lets go of the GIL: 23 -> 19 s at 1,024 ranks)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         samples = pool.submit(read_telemetry, run_dir)
-        parts = read_parts(run_dir, parallel_bytes) if parallel_bytes is not None else None
-        parts = parts or [read_part(shard_paths(run_dir))]
+        parts = read_parts(run_dir, parallel_bytes)
         tables: dict[str, pa.Table | pd.DataFrame] = {
             **case_tables(parts),
             **_timeline_rows(timeline_records(parts)),
