@@ -215,6 +215,46 @@ def test_shards_read_in_two_processes_give_the_tables_read_in_one(
             pd.testing.assert_frame_equal(two[name], frame, obj=f"{name} ({attempt})")
 
 
+def test_reading_shards_pauses_the_cycle_collector_and_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle collector is off while shards are parsed (it walked every record kept so
+    far: half the reading) and as it was afterwards, after an error too."""
+    import gc
+
+    from gpuprof.runs import cases
+
+    run_dir = _write_mixed_run(tmp_path)
+    paths = cases.shard_paths(run_dir)
+    seen: list[bool] = []
+    real = cases.read_shard
+
+    def spied(path: Path) -> Any:
+        seen.append(gc.isenabled())
+        return real(path)
+
+    monkeypatch.setattr(cases, "read_shard", spied)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert cases.read_part(paths).cases["memory"].counts.sum() > 0
+        assert seen and not any(seen) and gc.isenabled()
+
+        def broken(path: Path) -> Any:
+            raise OSError("gone")
+
+        monkeypatch.setattr(cases, "read_shard", broken)
+        with pytest.raises(OSError):
+            cases.read_part(paths)
+        assert gc.isenabled()
+        gc.disable()  # a caller that paused it keeps it paused
+        monkeypatch.setattr(cases, "read_shard", real)
+        cases.read_part(paths)
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_the_other_process_dead_before_its_paths_is_a_false_send() -> None:
     """A second process that died before it got its shards' paths (more than a pipe holds)
     is a failed send, not an error, and leaves no pipe open (its half is then read here)."""

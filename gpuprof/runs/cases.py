@@ -12,12 +12,14 @@ order, as from one.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from itertools import chain
@@ -146,9 +148,28 @@ def _size(path: Path) -> int:
         return 0
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector paused: parsed records hold no cycles, yet every few hundred
+    dicts and lists kept, it walks all those kept so far (half of reading 256 ranks' shards:
+    5.5 -> 2.7 s). Reference counting still frees what is dropped."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_part(paths: list[Path]) -> Part:
     """These shards' records, collected (a shard holds one rank: a rank's latest record of
     a case is found within its part)."""
+    with _no_cycle_collection():
+        return _read_part(paths)
+
+
+def _read_part(paths: list[Path]) -> Part:
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     timelines: dict[tuple[Any, ...], dict[str, Any]] = {}
     for rec in chain.from_iterable(read_shard(p) for p in paths):
