@@ -16,7 +16,7 @@ import pandas as pd
 from pandas.core.groupby import SeriesGroupBy
 
 from gpuprof.errors import UsageError
-from gpuprof.runs.tables import group_codes, record_starts
+from gpuprof.runs.tables import group_codes, record_starts, rows_of
 
 
 class RunTables(Protocol):
@@ -52,7 +52,7 @@ def grouped(
     seconds."""
     starts = record_starts(frame) if starts is None else starts
     columns = list(dict.fromkeys([*keys, *(shown or keys)]))
-    records = frame.iloc[starts][columns]  # rows first: a choice of columns copies every row
+    records = rows_of(frame, starts, columns)
     per_record = group_codes(records, keys)
     first = np.unique(per_record, return_index=True)[1]  # a record of each group, in code order
     codes = np.repeat(per_record, np.diff(np.append(starts, len(frame))))

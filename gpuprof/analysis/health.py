@@ -21,7 +21,7 @@ import pandas as pd
 
 from gpuprof.analysis import require_columns
 from gpuprof.machine.clocks import decode_reasons
-from gpuprof.runs.tables import group_codes, record_starts
+from gpuprof.runs.tables import group_codes, record_starts, rows_of
 
 # what identifies a case window (a case of one group, on one host)
 CASE_KEYS = ["probe", "case_id", "scope", "world_size", "group", "host"]
@@ -58,7 +58,7 @@ def case_windows(table: pd.DataFrame) -> pd.DataFrame:
     # million rows, 80 a record), then grouped by one integer per case window and rank
     starts = record_starts(table)
     once = ["warmup_iters", "group_rank", *(OP_COLUMNS if "op" in table.columns else ())]
-    records = table.iloc[starts][[*CASE_KEYS, "rank", *once]].reset_index(drop=True)
+    records = rows_of(table, starts, [*CASE_KEYS, "rank", *once]).reset_index(drop=True)
     if len(starts):
         records["start_unix_ns"] = np.fmin.reduceat(table["start_unix_ns"].to_numpy(), starts)
         records["end_unix_ns"] = np.fmax.reduceat(table["end_unix_ns"].to_numpy(), starts)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpuprof.analysis import RunTables, grouped, require_columns, slowest_iterations
 from gpuprof.machine.topology import normalize_bus_id
-from gpuprof.runs.tables import record_starts
+from gpuprof.runs.tables import record_starts, rows_of
 
 FLAG_BELOW = 0.70
 _PAIR = ["group", "mode", "size_bytes", "rank_a", "rank_b"]
@@ -74,7 +74,7 @@ def summarize_p2p(frame: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
     summary["bw_gbps"] = (summary["size_bytes"] / summary["time_us"] / 1e3).where(~latency)
     summary["latency_us"] = (summary["time_us"] / 2).where(latency)
     ranks = {int(r["rank"]): r for r in info.get("ranks") or []}
-    records = frame.iloc[starts][[c for c in ("rank", "host", "node_rank") if c in frame]]
+    records = rows_of(frame, starts, [c for c in ("rank", "host", "node_rank") if c in frame])
     hosts = records.groupby("rank")["host"].first().to_dict()
     links = topology_links(info)
     nodes = records.groupby("rank")["node_rank"].first().to_dict() if "node_rank" in frame else {}

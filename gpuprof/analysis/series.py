@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.analysis.health import network_rows
-from gpuprof.runs.tables import record_starts
+from gpuprof.runs.tables import record_starts, rows_of
 
 
 def node_series(telemetry: pd.DataFrame, host: str, max_points: int = 1500) -> pd.DataFrame:
@@ -102,7 +102,7 @@ def probe_spans(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for probe, table in tables.items():
         if {"host", "start_unix_ns", "end_unix_ns"} <= set(table.columns):
             starts = record_starts(table)
-            records = table.iloc[starts][["host", "start_unix_ns", "end_unix_ns"]]
+            records = rows_of(table, starts, ["host", "start_unix_ns", "end_unix_ns"])
             for host, rows in records.groupby("host"):
                 spans.append(
                     {

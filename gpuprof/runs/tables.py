@@ -243,6 +243,13 @@ def record_starts(frame: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(new)
 
 
+def rows_of(frame: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> pd.DataFrame:
+    """`frame.iloc[rows][columns]`, each chosen column's rows taken alone: a selection of
+    rows takes every column (23 of 22 M rows for the collectives at 1,024 ranks) and a
+    choice of columns first copies every row of the table's blocks."""
+    return pd.DataFrame({c: frame[c].iloc[rows].array for c in columns}, index=frame.index[rows])
+
+
 def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
     """Cases some rank of whose group has no rows (a damaged or missing shard line, or a rank
     that died in the case): case_id, scope, group, world_size and the ranks present."""
@@ -250,7 +257,7 @@ def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or not {*keys, "rank"} <= set(frame.columns):
         return pd.DataFrame(columns=[*keys, "ranks"])
     # a rank is there by its records (rows first: a choice of columns copies every row)
-    frame = frame.iloc[record_starts(frame)][[*keys, "rank"]]
+    frame = rows_of(frame, record_starts(frame), [*keys, "rank"])
     codes = group_codes(frame, keys)
     ranks = pd.Series(frame["rank"].to_numpy()).groupby(codes).nunique()
     sizes = pd.Series(frame["world_size"].to_numpy()).groupby(codes).first()
