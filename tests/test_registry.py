@@ -153,6 +153,21 @@ def test_read_only_commands_do_not_import_torch() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_planning_cpu_ranks_does_not_import_torch() -> None:
+    """The launcher of CPU ranks asks torch nothing (its ranks do): importing it cost 3-4 s
+    of every launch, an A/B check's pairs among them."""
+    code = (
+        "import sys; from gpuprof.cli import main\n"
+        "try:\n    main(['sweep', '--device', 'cpu', '--gpus', '2', '--dry-run'])\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_probe_module_has_a_torchrun_main(name: str) -> None:
     done = subprocess.run(
