@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -236,6 +237,10 @@ def main() -> None:
               f"{iterations:,} iterations ({shard_mb:,.0f} MB of shards, written in "
               f"{wrote_s:.1f} s); telemetry {samples:,} samples ({tel_mb:,.0f} MB: "
               f"{seconds:.0f} s at {args.hz:g} Hz)", flush=True)  # fmt: skip
+        # a real sweep writes its shards over its whole run (minutes at 1,024 ranks: the
+        # kernel has flushed them by its end); written here in seconds, they would still be
+        # flushing to disk while the end is timed, on the same cores
+        os.sync()
         results: dict[str, float] = {}
         end = ("import sys; from pathlib import Path; from gpuprof.launch.runner import "
                "SweepRequest, _finish; "
