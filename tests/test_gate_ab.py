@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -347,3 +348,62 @@ def test_a_check_of_one_or_two_probes_keeps_its_raw_ratios() -> None:
     )
     assert shifted.machine is not None and shifted.machine.verdict == "slower"
     assert not (shifted.table["verdict"] == "regression").any()
+
+
+def test_later_pairs_launch_only_undecided_probes_while_the_budget_lasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past --min-pairs a pair launches only the probes with undecided cases, each case keeps
+    the pairs that measured it, and with a time budget no pair starts that would not fit
+    (each launch 10 s on a fake clock: a budget of 95 s holds 3 pairs of everything and one
+    more of the undecided probe, not a fifth)."""
+    from types import SimpleNamespace
+
+    from gpuprof.gate import ab
+
+    clock, launched = [0.0], []
+    slower = iter([0.03, 0.05, 0.045, 0.04, 0.05, 0.035, 0.045, 0.04] * 4)  # ddp, near 5%
+
+    def launch(side: ab.Side, label: str, plan: ab.Plan, stamp: Path, probes: Any = None) -> Any:
+        clock[0] += 10.0
+        launched.append((label, probes))
+        assert ab._only(plan.sweep_args, probes)[-2:] == (
+            ["--probes", ",".join(probes)] if probes else ["--suite", "ci"]
+        )
+        change = next(slower) if label == "candidate" else 0.0
+        return SimpleNamespace(
+            status="complete", info={}, path=stamp, probes=probes or ["memory", "ddp"],
+            change=change,
+        )  # fmt: skip
+
+    def measure(run: Any, slots: int = 0) -> Measured:
+        # memory alike on both sides (settles at once), ddp undecided at 3 pairs
+        rows = [
+            [probe, "time_us", "lower", f"{probe}{case}", f"{probe} {case}", 0,
+             100.0 * math.exp(run.change if probe == "ddp" else 0.0), False, np.nan, np.nan]
+            for probe in run.probes
+            for case in range(2)
+        ]  # fmt: skip
+        return Measured(pd.DataFrame(rows, columns=VALUE_COLUMNS), pd.DataFrame())
+
+    monkeypatch.setattr(ab, "launch", launch)
+    monkeypatch.setattr(ab, "measure_run", measure)
+    monkeypatch.setattr(ab, "_same_environment", lambda a, b: None)
+    monkeypatch.setattr(ab, "time", SimpleNamespace(monotonic=lambda: clock[0], strftime=str))
+    plan = ab.Plan(
+        sweep_args=("--probes", "memory,ddp", "--suite", "ci"), out=tmp_path, max_pairs=20,
+        time_budget_s=95.0, seed=3,
+    )  # fmt: skip
+    result = ab.run_ab(ab.Side(python="ref"), ab.Side(python="cand"), plan, say=lambda _: None)
+    assert [probes for _, probes in launched] == [None] * 6 + [["ddp"]] * 2
+    pairs = result.table.set_index("case")["pairs"]
+    assert pairs["memory 0"] == pairs["memory 1"] == 3
+    assert pairs["ddp 0"] == pairs["ddp 1"] == 4
+    assert set(result.table.set_index("case")["verdict"][["memory 0", "memory 1"]]) == {"same"}
+    assert clock[0] <= 95.0 and len(result.runs["A"]) == 4
+    # without a budget, --max-pairs alone bounds the pairs of the undecided probe
+    clock[0], launched[:] = 0.0, []
+    plan = ab.Plan(sweep_args=("--suite", "ci"), out=tmp_path, max_pairs=5, seed=3)
+    ab.run_ab(ab.Side(python="ref"), ab.Side(python="cand"), plan, say=lambda _: None)
+    assert [probes for _, probes in launched][:6] == [None] * 6
+    assert set(map(str, [probes for _, probes in launched][6:])) == {"['ddp']"}

@@ -27,6 +27,9 @@ from gpuprof.machine.node import plan_device
 from gpuprof.params import csv
 from gpuprof.runs.plan import DEVICES, SUITES
 
+AB_PAIRS = 4  # A/B pairs at most by default
+AB_PAIRS_BUDGETED = 20  # with --time-budget, which then bounds the check
+
 
 @click.command()
 @click.option("--baseline", "baseline_spec", metavar="FILE|RUN", help="a stored baseline")
@@ -73,10 +76,16 @@ from gpuprof.runs.plan import DEVICES, SUITES
 @click.option("--min-pairs", default=3, show_default=True, type=click.IntRange(2, 100), help="A/B")
 @click.option(
     "--max-pairs",
-    default=4,
-    show_default=True,
     type=click.IntRange(2, 100),
-    help="A/B: pairs of launches at most (about 40 s each for the ci suite on 2 CPU ranks)",
+    help="A/B: pairs of launches at most (about 35 s each for the ci suite on 2 CPU ranks;"
+    f" default {AB_PAIRS}, or {AB_PAIRS_BUDGETED} with --time-budget)",
+)
+@click.option(
+    "--time-budget",
+    type=click.FloatRange(min=1, min_open=False),
+    metavar="SECONDS",
+    help="A/B: add pairs while the next one fits in this many seconds from the start (past"
+    " --min-pairs, only the probes with undecided cases are launched again)",
 )
 @click.option("--seed", type=int, help="A/B: the order of the sides in each pair")
 @click.option(
@@ -237,8 +246,10 @@ def _ab(
     # deferred: loads pandas, scipy
     from gpuprof.gate.ab import Plan, Side, check_python, parse_env, run_ab
 
-    if kw["min_pairs"] > kw["max_pairs"]:
-        raise UsageError(f"--min-pairs {kw['min_pairs']} exceeds --max-pairs {kw['max_pairs']}")
+    budget = kw["time_budget"]
+    max_pairs = kw["max_pairs"] or (AB_PAIRS if budget is None else AB_PAIRS_BUDGETED)
+    if kw["min_pairs"] > max_pairs:
+        raise UsageError(f"--min-pairs {kw['min_pairs']} exceeds --max-pairs {max_pairs}")
     reference = Side(
         python=kw["reference_python"], env=parse_env(kw["reference_env"], "--reference-env")
     )
@@ -258,7 +269,8 @@ def _ab(
         sweep_args=(*args, "--timeout", f"{kw['timeout']:g}"),
         out=Path(kw["out"]),
         min_pairs=kw["min_pairs"],
-        max_pairs=kw["max_pairs"],
+        max_pairs=max_pairs,
+        time_budget_s=budget,
         min_effect=kw["min_effect"] / 100,
         alpha=kw["alpha"],
         effects=effects,

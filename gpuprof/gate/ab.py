@@ -54,6 +54,7 @@ class Plan:
     effects: Mapping[str, float] = field(default_factory=dict)
     seed: int | None = None
     timeout_s: float = 1800.0  # one launch
+    time_budget_s: float | None = None  # pairs added while the next one fits (max_pairs caps)
 
 
 @dataclass
@@ -105,11 +106,12 @@ def _executable(path: str) -> bool:
     return Path(path).is_file() and os.access(path, os.X_OK)
 
 
-def launch(side: Side, label: str, plan: Plan, stamp: Path) -> Run:
-    """One fresh launch of the plan by this side; its run (a MeasurementError if none)."""
+def launch(side: Side, label: str, plan: Plan, stamp: Path, probes: list[str] | None = None) -> Run:
+    """One fresh launch of the plan by this side (of `probes` alone where given); its run (a
+    MeasurementError if none)."""
     out = stamp / label
     env = {**os.environ, **side.env}
-    argv = [side.python, "-m", "gpuprof", "sweep", *plan.sweep_args]
+    argv = [side.python, "-m", "gpuprof", "sweep", *_only(plan.sweep_args, probes)]
     argv += ["--out", str(out), "--tag", label, "--no-report", "-q"]
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, check=False, timeout=plan.timeout_s
@@ -121,6 +123,19 @@ def launch(side: Side, label: str, plan: Plan, stamp: Path) -> Run:
     return Run(runs[-1])
 
 
+def _only(args: tuple[str, ...], probes: list[str] | None) -> list[str]:
+    """The sweep's arguments, its probes replaced by `probes` where given."""
+    if probes is None:
+        return list(args)
+    kept, skip = [], False
+    for arg in args:
+        if skip or arg == "--probes":
+            skip = not skip
+            continue
+        kept.append(arg)
+    return [*kept, "--probes", ",".join(probes)]
+
+
 def run_ab(
     reference: Side,
     candidate: Side,
@@ -128,17 +143,22 @@ def run_ab(
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> ABResult:
     """Measure pairs until the check may stop; the verdicts (exit code as `gpuprof check`:
-    0 pass, 1 a failing verdict, 3 a launch that did not complete)."""
+    0 pass, 1 a failing verdict, 3 a launch that did not complete). Past `min_pairs`, a pair
+    launches only the probes that still have undecided cases (every launch of a settled
+    probe would spend the time the undecided ones need); with a time budget, pairs are
+    added while the next one (timed as the last) fits in it."""
     started = time.monotonic()
     stamp = plan.out / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
     sides = {"A": reference, "B": candidate}
     runs: dict[str, list[Run]] = {"A": [], "B": []}
     pairs: list[tuple[Measured, Measured]] = []
     table = pd.DataFrame()
+    probes: list[str] | None = None  # the plan's own
     for number, order in enumerate(balanced_order(plan.max_pairs, plan.seed), start=1):
+        began = time.monotonic()
         measured: dict[str, Measured] = {}
         for which in order:
-            run = launch(sides[which], SIDES[which], plan, stamp)
+            run = launch(sides[which], SIDES[which], plan, stamp, probes)
             runs[which].append(run)
             if run.status != "complete":
                 return _incomplete(run, runs, table, started)
@@ -146,17 +166,21 @@ def run_ab(
         if number == 1:
             _same_environment(runs["A"][0], runs["B"][0])
         pairs.append((measured["A"], measured["B"]))
+        now = time.monotonic()
+        horizon = _horizon(plan, number, now - began, now - started)
         table = decide(
             pairs,
             min_effect=plan.min_effect,
             alpha=plan.alpha,
-            max_pairs=plan.max_pairs,
+            max_pairs=horizon,
             effects=dict(plan.effects),
         )
         open_cases = 0 if table.empty else int((~table["settled"]).sum())
         say(f"gpuprof: pair {number} ({' '.join(order)}): {open_cases} case(s) undecided")
-        if finished(table, number, plan.min_pairs, plan.max_pairs):
+        if finished(table, number, plan.min_pairs, horizon):
             break
+        if number >= plan.min_pairs:
+            probes = sorted(set(table.loc[~table["settled"], "probe"]))
     needed = _needed_note(table, len(pairs))
     table = _with_missing(final(table), pairs)
     failing = len(table) and table["verdict"].isin(FAILING).any()
@@ -171,6 +195,15 @@ def run_ab(
     )
 
 
+def _horizon(plan: Plan, done: int, pair_s: float, spent_s: float) -> int:
+    """The pairs the check can reach: `max_pairs`, or fewer where the time budget runs out
+    first (each further pair timed as the last; never fewer than `min_pairs` or than done)."""
+    if plan.time_budget_s is None:
+        return plan.max_pairs
+    more = int(max(0.0, plan.time_budget_s - spent_s) // max(pair_s, 1e-9))
+    return max(done, min(plan.max_pairs, max(plan.min_pairs, done + more)))
+
+
 def _needed_note(table: pd.DataFrame, pairs: int) -> list[str]:
     """How many pairs the undecided cases would need, at their spread (a hint for
     --max-pairs), or nothing when every case was decided."""
@@ -181,7 +214,8 @@ def _needed_note(table: pd.DataFrame, pairs: int) -> list[str]:
         return []
     wanted = open_cases["pairs_needed"].dropna()
     more = (
-        f"at their spread, deciding them takes about {int(wanted.max())} pairs (--max-pairs)"
+        f"at their spread, deciding them takes about {int(wanted.max())} pairs"
+        " (--max-pairs, --time-budget)"
         if len(wanted)
         else "too noisy to decide within 200 pairs"
     )

@@ -35,6 +35,7 @@ case at exactly the minimum effect, 3% of checks did.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,8 @@ KEYS = ["probe", "metric", "key"]
 
 
 def paired_logs(pairs: list[tuple[Measured, Measured]]) -> pd.DataFrame:
-    """One row per case-metric present on both sides of every pair: its identity, the
+    """One row per case-metric present on both sides of every pair that launched its probe
+    (a later pair may launch only the probes with undecided cases): its identity, the
     reference's and candidate's median values, and the pairs' worse-is-positive log ratios
     (`d`, a list), with the flags that fail a case outright (wrong elements, slowed)."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -84,7 +86,9 @@ def paired_logs(pairs: list[tuple[Measured, Measured]]) -> pd.DataFrame:
             row["wrong"] |= bool(rec["nwrong_b"] > 0) if pd.notna(rec["nwrong_b"]) else False
             row["slowed_a"] |= bool(rec["throttled_a"])
             row["slowed_b"] |= bool(rec["throttled_b"])
-    complete = [r for r in rows.values() if len(r.pop("seen")) == len(pairs)]
+    # a pair that launched only some probes (the others' cases settled) counts for those
+    offered = Counter(p for ref, _ in pairs for p in set(ref.values["probe"]))
+    complete = [r for r in rows.values() if len(r.pop("seen")) == offered[r["probe"]]]
     return pd.DataFrame(complete)
 
 
