@@ -138,34 +138,31 @@ def test_plan_json_keeps_one_object_per_probe() -> None:
     assert SweepPlan.from_dict(data) == plan
 
 
-def test_read_only_commands_do_not_import_torch() -> None:
-    code = (
-        "import sys; from gpuprof.cli import main; "
-        "main(['show', 'tests/data/p2p-mesh-slow-link', '--table', 'p2p']); "
-        "main(['show', '--help']); "
-        "main(['predict', 'tests/data/p2p-mesh-slow-link']); "
-        "main(['report', 'tests/data/p2p-mesh-slow-link', '-o', '/dev/null']); "
-        "assert 'torch' not in sys.modules, 'torch was imported'"
-    )
+def _without_torch(*commands: list[str]) -> None:
+    """Run these gpuprof commands in a fresh Python: each succeeds and torch is not imported."""
+    each = "try:\n    main({!r})\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+    code = "import sys; from gpuprof.cli import main\n" + "".join(map(each.format, commands))
+    code += "assert 'torch' not in sys.modules, 'torch was imported'"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_read_only_commands_do_not_import_torch() -> None:
+    mesh = "tests/data/p2p-mesh-slow-link"
+    _without_torch(
+        ["show", mesh, "--table", "p2p"],
+        ["show", "--help"],
+        ["predict", mesh],
+        ["report", mesh, "-o", "/dev/null"],
+    )
 
 
 def test_planning_cpu_ranks_does_not_import_torch() -> None:
     """The launcher of CPU ranks asks torch nothing (its ranks do): importing it cost 3-4 s
     of every launch, an A/B check's pairs among them."""
-    code = (
-        "import sys; from gpuprof.cli import main\n"
-        "try:\n    main(['sweep', '--device', 'cpu', '--gpus', '2', '--dry-run'])\n"
-        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
+    _without_torch(["sweep", "--device", "cpu", "--gpus", "2", "--dry-run"])
 
 
 @pytest.mark.parametrize("name", NAMES)
