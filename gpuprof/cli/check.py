@@ -77,8 +77,8 @@ AB_PAIRS_BUDGETED = 20  # with --time-budget, which then bounds the check
 @click.option(
     "--max-pairs",
     type=click.IntRange(2, 100),
-    help="A/B: pairs of launches at most (about 35 s each for the ci suite on 2 CPU ranks;"
-    f" default {AB_PAIRS}, or {AB_PAIRS_BUDGETED} with --time-budget)",
+    help="A/B: pairs of launches at most (the ci suite on 2 CPU ranks of a 2-core machine:"
+    f" 50-60 s a pair; default {AB_PAIRS}, or {AB_PAIRS_BUDGETED} with --time-budget)",
 )
 @click.option(
     "--time-budget",
