@@ -206,7 +206,7 @@ def _horizon(plan: Plan, done: int, pair_s: float, spent_s: float) -> int:
 
 def _needed_note(table: pd.DataFrame, pairs: int) -> list[str]:
     """How many pairs the undecided cases would need, at their spread (a hint for
-    --max-pairs), or nothing when every case was decided."""
+    --max-pairs or --time-budget), or nothing when every case was decided."""
     if table.empty or "pairs_needed" not in table:
         return []
     open_cases = table[table["verdict"] == "undecided"]

@@ -256,7 +256,7 @@ def incomplete_cases(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["case_id", "scope", "group", "world_size"]
     if frame.empty or not {*keys, "rank"} <= set(frame.columns):
         return pd.DataFrame(columns=[*keys, "ranks"])
-    # a rank is there by its records (rows first: a choice of columns copies every row)
+    # a rank is there by its records: their first rows
     frame = rows_of(frame, record_starts(frame), [*keys, "rank"])
     codes = group_codes(frame, keys)
     ranks = pd.Series(frame["rank"].to_numpy()).groupby(codes).nunique()
