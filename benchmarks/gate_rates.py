@@ -1,7 +1,8 @@
 """False-alarm and detection rates of `gpuprof check`, both modes, measured on this machine.
 
     python benchmarks/gate_rates.py --out /tmp/gate [--checks 60] [--device cpu]
-        [--scenarios stored-same,stored-probe,stored-uniform,stored-memdrift,ab-same,ab-real]
+        [--scenarios stored-same,stored-probe,stored-uniform,stored-memdrift,ab-same,ab-real,
+                     ab-matmul,ab-matmul-1.1]
         [--baseline-runs 10] [--records FILE] [--report-only]
         [--check-args "--no-confirm"] [--pool C] [--since ISO] [--across-baselines]
         [--window-baseline ISO]
@@ -28,6 +29,10 @@ A/B in the same window (`gpuprof check --reference-python`, this interpreter on 
    by MKL, are unchanged. Every case's true ratio is taken from all the checks' pairs pooled; a
    check detects when it names a case that is 1.15x or more slower, and names exactly when it
    names no case under 1.05x; per band of true slowdown, how often its cases are named.
+8. `ab-matmul`: the candidate's torch.matmul does 17% of its work again (a real, confined
+   slowdown: benchmarks/slow_matmul/sitecustomize.py on the candidate's PYTHONPATH), so the
+   compute probe's matmul is about 1.2x as long and nothing else is: how often a check exits 1
+   naming the compute cases and no other case. `ab-matmul-1.1`: 8% again, about 1.1x.
 
 --window-baseline ISO: a second baseline from the first baseline's runs and every run of the
 stored-same checks (unchanged code) made against it before ISO: runs gathered over a longer
@@ -86,10 +91,22 @@ SCENARIOS = (
     "stored-memdrift",
     "ab-same",
     "ab-real",
+    "ab-matmul",
+    "ab-matmul-1.1",
 )
 RECORDS = Path(__file__).with_name("results") / "gate_rates.jsonl"
 SLOWED_PROBE = "memory"
 REAL_ENV = "ATEN_CPU_CAPABILITY=default"
+# ab-matmul: every torch.matmul of the candidate does this share of its work again
+# (benchmarks/slow_matmul/sitecustomize.py); 1.17 makes a 1024^3 float32 matmul 1.20-1.23x
+# as long on one thread here, 1.08 1.11-1.12x (the extra product is a smaller one, less
+# efficient); each check's slowdown is measured by its pairs and reported
+SLOW_MATMUL = {"ab-matmul": "1.17", "ab-matmul-1.1": "1.08"}
+MATMUL_PROBE = "compute"
+# the A/B design the records were made with: 2 judges each case on its primary metric, against
+# its canary, passes it under the 10% margin, one thread a CPU rank (1: every metric, within
+# 5% both ways, two CPU ranks with the collectives)
+AB_DESIGN = 2
 AFFECTED, UNAFFECTED = 1.15, 1.05  # pooled slowdowns: what a check must name, and must not
 
 
@@ -129,6 +146,10 @@ def command(
         args = ["check", "--reference-python", sys.executable, "--device", device]
         if scenario == "ab-real":
             args += ["--env", REAL_ENV]
+        if scenario in SLOW_MATMUL:
+            shim = Path(__file__).with_name("slow_matmul")
+            args += ["--env", f"PYTHONPATH={shim}"]
+            args += ["--env", f"GPUPROF_BENCH_SLOW_MATMUL={SLOW_MATMUL[scenario]}"]
     return [*GPUPROF, *args, *extra, "--out", str(folder / "runs"), "--format", "json"], env
 
 
@@ -174,6 +195,7 @@ def compact(
         "method": METHOD,
         "baseline": baseline if scenario.startswith("stored") else None,
         "check_args": shlex.join(extra),
+        **({"ab_design": AB_DESIGN} if scenario.startswith("ab") else {}),
         **{
             k: _rounded(data[k])
             for k in ("exit", "wall_s", "confirmed", "pairs", "pooled", "error")
@@ -226,6 +248,8 @@ def group(check: dict[str, Any], across_baselines: bool = False) -> str:
         name += f", {check['load']}"
     if check.get("method", 1) != METHOD:
         name += f", method {check.get('method', 1)}"
+    if check["scenario"].startswith("ab") and check.get("ab_design", 1) != AB_DESIGN:
+        name += f", A/B design {check.get('ab_design', 1)}"
     return name
 
 
@@ -245,7 +269,8 @@ def run_checks(
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
     baseline = baseline_id(base)
-    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": METHOD}
+    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": METHOD,
+            "ab_design": AB_DESIGN}  # fmt: skip
     here = group({**mine, "check_args": shlex.join(extra)})
     done_before = sum(group(r) == here for r in load(records, scenario))
     for i in range(done_before, count):
@@ -446,6 +471,23 @@ def score_real(checks: list[dict[str, Any]]) -> None:
             print(f"  cases {lo}-{hi}x ({len(band)}): named in {share:.0%} of checks")
 
 
+def score_matmul(checks: list[dict[str, Any]]) -> None:
+    """ab-matmul: the compute probe's cases slowed, nothing else: how often a check exits 1
+    naming them and no other case, and the slowdown its pairs measured."""
+    exact = sum(
+        c["exit"] == 1
+        and bool(named(c))
+        and all(x["probe"] == MATMUL_PROBE for x in c["cases"] if x["verdict"] == "regression")
+        for c in checks
+    )
+    ratios = [
+        x["ratio"] for c in checks for x in c["cases"]
+        if x["probe"] == MATMUL_PROBE and x.get("ratio")
+    ]  # fmt: skip
+    slow = f"; the matmul's throughput {statistics.median(ratios):.3f}x (median)" if ratios else ""
+    print(f"  exit 1 naming the {MATMUL_PROBE} cases and no other: {exact}/{len(checks)}{slow}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, help="where the baseline and the runs go")
@@ -507,6 +549,8 @@ def main() -> None:
             summary(scenario, name, checks)
             if scenario == "ab-real":
                 score_real(checks)
+            if scenario in SLOW_MATMUL:
+                score_matmul(checks)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,9 @@ class Option:
 # measuring check confirms what it finds with a second run, so its own rate is far lower)
 MIN_EFFECT = 0.05
 ALPHA = 0.05
+# the A/B check's pass: a case passes when its change is shown to be under this slowdown (a
+# one-sided bound at 1 - alpha); "within 5% both ways" takes more pairs than a CI job has
+PASS_MARGIN = 0.10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +89,10 @@ class Metric:
     # key columns added after runs and baselines were made without them, with the value those
     # older cases had (a case keeps its identity across the change)
     key_defaults: tuple[tuple[str, Any], ...] = ()
+    # False for a metric that explains a case rather than judges it (a DDP step's forward
+    # time beside its samples/s): the A/B check decides each case on its primary metrics and
+    # shows the others beside them (`gpuprof.gate.paired`)
+    primary: bool = True
 
     def __post_init__(self) -> None:
         if self.better not in ("lower", "higher"):

@@ -69,25 +69,47 @@ def simulate(
     raise AssertionError("unreachable")
 
 
-@pytest.mark.slow  # 135 s of simulated checks on 2 cores: with the slow tests, still in CI
-def test_sequential_false_alarms_stay_under_alpha_and_power_is_reported() -> None:
-    """1000 checks of 21 unchanged cases, stopping as the check does: a false alarm (any
-    regression) in at most alpha of them. Then 1.20x on the two memory cases: power."""
+# the A/B check's default on CPU: one rank; memory, compute and DDP samples/s, each judged
+# on its primary metric; d per pair spread as measured on this machine with one thread a rank
+# (benchmarks/results/gate_history.md, 2026-11-28), with heavier tails than normal (a launch
+# now and then 1.5x slower): Student's t with 4 degrees of freedom, scaled to the spread
+ONE_RANK = {"memory": 0.06, "compute": 0.03, "ddp": 0.08}
+BUDGET_PAIRS = 8  # about 180 s of pairs of 10-11 s launches
+
+
+def simulate_one_rank(effects: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
+    """One sequential check of the CPU default, stopping as the check does."""
+    probes = list(ONE_RANK)
+    sd = np.array(list(ONE_RANK.values())) / math.sqrt(2)  # t(4) has variance 2
+    d = np.empty((len(probes), 0))
+    for n in range(1, BUDGET_PAIRS + 1):
+        d = np.column_stack([d, effects + sd * rng.standard_t(4, size=len(probes))])
+        table = judge(_table(d, probes), min_effect=DELTA, alpha=ALPHA, max_pairs=BUDGET_PAIRS)
+        if finished(table, n, 3, BUDGET_PAIRS):
+            return table
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.slow  # about 60 s of simulated checks on 2 cores: with the slow tests, in CI
+def test_sequential_false_alarms_stay_under_alpha_and_the_power_at_1_2x() -> None:
+    """1000 unchanged checks, stopping as the check does: a false alarm (any regression) in
+    at most alpha of them, and most pass. Compute 1.20x slower: named, alone, in nearly all;
+    at exactly the 10% pass margin, the rate at which the check passes it (its looks after
+    every pair could make it more than alpha; at compute's spread it is less)."""
     rng = np.random.default_rng(2026)
-    size = sum(count for count, _ in NOISE.values())
-    alarms = sum(
-        (simulate(np.zeros(size), rng)["verdict"] == "regression").any() for _ in range(1000)
-    )
-    assert alarms / 1000 <= ALPHA / 5, alarms  # what the simulation gives: 0.1% to 0.3%
-    slowed = np.zeros(size)
-    slowed[9:11] = math.log(1.2)  # the memory probe's cases
-    found = [simulate(slowed, rng) for _ in range(200)]
-    named = [set(t.index[t["verdict"] == "regression"]) for t in found]
-    power = sum(n == {9, 10} for n in named) / len(named)
-    assert power >= 0.9, f"power at 1.20x: {power:.2f}"  # what the simulation gives: ~0.95
-    wrongly = sum(bool(n - {9, 10}) for n in named)  # an unchanged case named beside them
-    # what 1000 such checks give: 1 (0.1%); these 200 happen to hold 3
-    assert wrongly <= 0.02 * len(named), wrongly
+    same = [simulate_one_rank(np.zeros(3), rng)["verdict"] for _ in range(1000)]
+    alarms = sum((v == "regression").any() for v in same)
+    assert alarms / 1000 <= ALPHA / 5, alarms  # what the simulation gives: none
+    passed = sum((v == "same").all() for v in same)
+    assert passed / 1000 >= 0.9, passed  # what the simulation gives: 937
+    slowed = np.array([0.0, math.log(1.2), 0.0])
+    named = [simulate_one_rank(slowed, rng)["verdict"].tolist() for _ in range(300)]
+    exact = sum(v[1] == "regression" and "regression" not in (v[0], v[2]) for v in named)
+    assert exact / 300 >= 0.95, exact  # what the simulation gives: 297
+    margin = np.array([0.0, math.log(1.1), 0.0])
+    at_margin = [simulate_one_rank(margin, rng)["verdict"].iloc[1] for _ in range(300)]
+    assert sum(v == "same" for v in at_margin) / 300 <= 0.1  # the simulation gives: 7 (2%)
+    assert sum(v == "regression" for v in at_margin) / 300 >= 0.8  # it gives: 279
 
 
 @pytest.mark.slow  # 59 s of simulated checks on 2 cores: with the slow tests, still in CI
@@ -362,7 +384,9 @@ def test_later_pairs_launch_only_undecided_probes_while_the_budget_lasts(
     from gpuprof.gate import ab
 
     clock, launched = [0.0], []
-    slower = iter([0.03, 0.05, 0.045, 0.04, 0.05, 0.035, 0.045, 0.04] * 4)  # ddp, near 5%
+    # ddp 7.5% slower, spread 2%: neither shown under the 10% pass margin nor beyond the 5%
+    # minimum effect by 3 pairs; a fourth could show it under the margin
+    slower = iter([0.055, 0.095, 0.075, 0.075] * 8)
 
     def launch(side: ab.Side, label: str, plan: ab.Plan, stamp: Path, probes: Any = None) -> Any:
         clock[0] += 10.0

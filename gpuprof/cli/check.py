@@ -14,21 +14,24 @@ the command.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gpuprof import registry
 from gpuprof.cli.gate import gate_options, writable
 from gpuprof.cli.options import out_option
 from gpuprof.errors import MeasurementError, UsageError
 from gpuprof.machine.node import plan_device
 from gpuprof.params import csv
+from gpuprof.registry import PASS_MARGIN
 from gpuprof.runs.plan import DEVICES, SUITES
 
-AB_PAIRS = 4  # A/B pairs at most by default
-AB_PAIRS_BUDGETED = 20  # with --time-budget, which then bounds the check
+AB_BUDGET_S = 180.0  # A/B: pairs are added while the next fits in this many seconds
+AB_PAIRS = 20  # A/B pairs at most
 
 
 @click.command()
@@ -77,15 +80,26 @@ AB_PAIRS_BUDGETED = 20  # with --time-budget, which then bounds the check
 @click.option(
     "--max-pairs",
     type=click.IntRange(2, 100),
-    help="A/B: pairs of launches at most (the ci suite on 2 CPU ranks of a 2-core machine:"
-    f" 50-60 s a pair; default {AB_PAIRS}, or {AB_PAIRS_BUDGETED} with --time-budget)",
+    default=AB_PAIRS,
+    show_default=True,
+    help="A/B: pairs of launches at most (on one CPU rank of a 2-core machine: 20-25 s a pair)",
 )
 @click.option(
     "--time-budget",
+    default=AB_BUDGET_S,
+    show_default=True,
     type=click.FloatRange(min=1, min_open=False),
     metavar="SECONDS",
     help="A/B: add pairs while the next one fits in this many seconds from the start (past"
     " --min-pairs, only the probes with undecided cases are launched again)",
+)
+@click.option(
+    "--pass-margin",
+    default=100 * PASS_MARGIN,
+    show_default=True,
+    type=click.FloatRange(0, 1000, min_open=True),
+    metavar="PCT",
+    help="A/B: a case passes once shown not slower than this (one-sided, at 1 - alpha)",
 )
 @click.option("--seed", type=int, help="A/B: the order of the sides in each pair")
 @click.option(
@@ -246,8 +260,7 @@ def _ab(
     # deferred: loads pandas, scipy
     from gpuprof.gate.ab import Plan, Side, check_python, parse_env, run_ab
 
-    budget = kw["time_budget"]
-    max_pairs = kw["max_pairs"] or (AB_PAIRS if budget is None else AB_PAIRS_BUDGETED)
+    max_pairs = kw["max_pairs"]
     if kw["min_pairs"] > max_pairs:
         raise UsageError(f"--min-pairs {kw['min_pairs']} exceeds --max-pairs {max_pairs}")
     reference = Side(
@@ -256,25 +269,24 @@ def _ab(
     candidate = Side(python=sys.executable, env=parse_env(kw["cand_env"], "--env"))
     check_python(reference.python)
     device, _ = plan_device(kw["device"] or "auto")  # torch, once: both sides use this device
-    args = ["--suite", kw["suite"] or "ci", "--device", device]
-    if device == "cpu":  # no GPU clocks to judge a case by: the sampler would only cost time
-        args.append("--no-telemetry")
-    if kw["probes"]:
-        args += ["--probes", ",".join(csv(kw["probes"]))]
-    if kw["gpus"]:
-        args += ["--gpus", str(kw["gpus"])]
-    if kw["user_model"]:
-        args += ["--model", kw["user_model"]]
+    args = ab_sweep_args(device, kw)
+    # one thread a CPU rank, unless the user chose: on a 2-core runner a second thread
+    # competes with the launcher's, and a launch's matmul moved 6-8% (one thread: 1%)
+    shared = (
+        {"OMP_NUM_THREADS": "1"} if device == "cpu" and "OMP_NUM_THREADS" not in os.environ else {}
+    )
     plan = Plan(
         sweep_args=(*args, "--timeout", f"{kw['timeout']:g}"),
         out=Path(kw["out"]),
         min_pairs=kw["min_pairs"],
         max_pairs=max_pairs,
-        time_budget_s=budget,
+        time_budget_s=kw["time_budget"],
         min_effect=kw["min_effect"] / 100,
+        pass_margin=kw["pass_margin"] / 100,
         alpha=kw["alpha"],
         effects=effects,
         seed=kw["seed"],
+        env=shared,
     )
     result = run_ab(reference, candidate, plan, lambda line: click.echo(line, err=True))
     meta = {
@@ -289,6 +301,28 @@ def _ab(
     title = f"gpuprof check (A/B): candidate against reference, {meta['pairs']} pair(s)"
     return _say(result.table, title, result.notes, result.summary, result.exit_code, meta, kw,
                 outputs)  # fmt: skip
+
+
+def ab_sweep_args(device: str, kw: dict[str, Any]) -> list[str]:
+    """What each side's sweep measures: the ci suite (or --suite / --probes) on `device`;
+    on CPU without either, what a one-GPU runner's ci suite measures, on one rank (gloo's
+    collectives between ranks sharing two cores vary 23-49% from launch to launch)."""
+    args = ["--suite", kw["suite"] or "ci", "--device", device]
+    if device == "cpu":  # no GPU clocks to judge a case by: the sampler would only cost time
+        args.append("--no-telemetry")
+    gpus = kw["gpus"]
+    if kw["probes"]:
+        args += ["--probes", ",".join(csv(kw["probes"]))]
+    elif device == "cpu" and not kw["suite"]:
+        one_gpu = registry.suite_probes("ci", "cuda")
+        probes = [p for p in registry.suite_probes("ci", "cpu") if p in one_gpu]
+        args += ["--probes", ",".join(probes)]
+        gpus = gpus or 1
+    if gpus:
+        args += ["--gpus", str(gpus)]
+    if kw["user_model"]:
+        args += ["--model", kw["user_model"]]
+    return args
 
 
 def _say(

@@ -25,7 +25,7 @@ import pandas as pd
 
 from gpuprof.analysis.measured import Measured, measure_run
 from gpuprof.errors import MeasurementError, UsageError
-from gpuprof.gate.paired import balanced_order, decide, final, finished
+from gpuprof.gate.paired import PASS_MARGIN, balanced_order, decide, final, finished
 from gpuprof.gate.sides import MUST_MATCH, differences, fingerprint
 from gpuprof.gate.stats import FAILING, verdict_counts
 from gpuprof.runs.store import Run
@@ -51,9 +51,11 @@ class Plan:
     max_pairs: int = 4
     min_effect: float = 0.05
     alpha: float = 0.05
+    pass_margin: float = PASS_MARGIN
     effects: Mapping[str, float] = field(default_factory=dict)
     seed: int | None = None
     timeout_s: float = 1800.0  # one launch
+    env: Mapping[str, str] = field(default_factory=dict)  # both sides, under their own env
     time_budget_s: float | None = None  # pairs added while the next one fits (max_pairs caps)
 
 
@@ -110,7 +112,7 @@ def launch(side: Side, label: str, plan: Plan, stamp: Path, probes: list[str] | 
     """One fresh launch of the plan by this side (of `probes` alone where given); its run (a
     MeasurementError if none)."""
     out = stamp / label
-    env = {**os.environ, **side.env}
+    env = {**os.environ, **plan.env, **side.env}
     argv = [side.python, "-m", "gpuprof", "sweep", *_only(plan.sweep_args, probes)]
     argv += ["--out", str(out), "--tag", label, "--no-report", "-q"]
     done = subprocess.run(
@@ -174,6 +176,7 @@ def run_ab(
             alpha=plan.alpha,
             max_pairs=horizon,
             effects=dict(plan.effects),
+            pass_margin=plan.pass_margin,
         )
         open_cases = 0 if table.empty else int((~table["settled"]).sum())
         say(f"gpuprof: pair {number} ({' '.join(order)}): {open_cases} case(s) undecided")
@@ -181,13 +184,15 @@ def run_ab(
             break
         if number >= plan.min_pairs:
             probes = sorted(set(table.loc[~table["settled"], "probe"]))
-    needed = _needed_note(table, len(pairs))
+    needed = _needed_note(table, len(pairs)) + _canary_note(table)
     table = _with_missing(final(table), pairs)
     failing = len(table) and table["verdict"].isin(FAILING).any()
     return ABResult(
         table=table,
         runs=runs,
-        notes=_notes(runs, reference, candidate) + needed,
+        notes=_notes(runs, reference, candidate)
+        + [f"both sides set {k}={v}" for k, v in sorted(plan.env.items())]
+        + needed,
         exit_code=1 if failing else 0,
         summary=f"{verdict_counts(table)} after {len(pairs)} pair(s)",
         seconds=time.monotonic() - started,
@@ -220,6 +225,25 @@ def _needed_note(table: pd.DataFrame, pairs: int) -> list[str]:
         else "too noisy to decide within 200 pairs"
     )
     return [f"{len(open_cases)} case(s) undecided after {pairs} pair(s): {more}"]
+
+
+def _canary_note(table: pd.DataFrame) -> list[str]:
+    """Which cases were judged against their canaries, and which canaries moved apart."""
+    if table.empty or "against" not in table:
+        return []
+    notes = []
+    judged = table[table["against"] == "canary"]
+    if len(judged):
+        notes.append(
+            f"{len(judged)} case-metric(s) judged against their canaries (a workload neither "
+            "side changed, run between the case's iterations): the process's own speed removed"
+        )
+    for rec in table[table["against"] == "moved"].to_dict("records"):
+        notes.append(
+            f"{rec['case']} [{rec['metric']}]: its canary moved between the sides; judged as "
+            "measured (the sides' machines or libraries differ?)"
+        )
+    return notes
 
 
 def _incomplete(

@@ -42,9 +42,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from gpuprof import registry
 from gpuprof.analysis.measured import Measured
 
 PRIOR_PAIRS = 3  # the weight, in pairs, of a pool's typical variance
+PASS_MARGIN = registry.PASS_MARGIN  # a case passes when not slower than this, at 1 - alpha
 MIN_POOL = 2  # cases a typical spread is taken from
 KEYS = ["probe", "metric", "key"]
 
@@ -70,6 +72,7 @@ def paired_logs(pairs: list[tuple[Measured, Measured]]) -> pd.DataFrame:
                     "a": [],
                     "b": [],
                     "d": [],
+                    "c": [],
                     "wrong": False,
                     "slowed_a": False,
                     "slowed_b": False,
@@ -83,6 +86,9 @@ def paired_logs(pairs: list[tuple[Measured, Measured]]) -> pd.DataFrame:
                 row["a"].append(a)
                 row["b"].append(b)
                 row["seen"].add(index)
+                # the canary (a rate) run between the case's iterations on each side
+                ca, cb = float(rec.get("canary_a", math.nan)), float(rec.get("canary_b", math.nan))
+                row["c"].append(-math.log(cb / ca) if ca > 0 and cb > 0 else math.nan)
             row["wrong"] |= bool(rec["nwrong_b"] > 0) if pd.notna(rec["nwrong_b"]) else False
             row["slowed_a"] |= bool(rec["throttled_a"])
             row["slowed_b"] |= bool(rec["throttled_b"])
@@ -115,6 +121,7 @@ def decide(
     alpha: float,
     max_pairs: int,
     effects: dict[str, float] | None = None,
+    pass_margin: float = PASS_MARGIN,
 ) -> pd.DataFrame:
     """The verdict of every case-metric after these pairs, with its ratio and intervals.
 
@@ -129,6 +136,7 @@ def decide(
         alpha=alpha,
         max_pairs=max_pairs,
         effects=effects,
+        pass_margin=pass_margin,
     )
 
 
@@ -139,44 +147,57 @@ def judge(
     alpha: float,
     max_pairs: int,
     effects: dict[str, float] | None = None,
+    pass_margin: float = PASS_MARGIN,
 ) -> pd.DataFrame:
     """`decide` on a table of paired logs (`paired_logs`' columns: probe, metric, better, key,
-    case, a, b, d, wrong, slowed_a, slowed_b)."""
+    case, a, b, d, c, wrong, slowed_a, slowed_b)."""
     if table.empty:
         return table
     effects = effects or {}
     n = table["d"].map(len).to_numpy(float)
-    mean = np.array([np.mean(d) for d in table["d"]])
-    variance, df = _moderated_variance(table)
+    d, against = _against_canary(table, alpha, min_effect)
+    mean = np.array([np.mean(x) for x in d])
+    variance, df = _moderated_variance(table.assign(d=d))
     se = np.sqrt(variance / n)
-    m = len(table)
+    primary = _primary(table)
+    m = max(int(primary.sum()), 1)
     delta = np.log1p(np.array([effects.get(str(x), min_effect) for x in table["metric"]]))
-    t_claim = stats.t.ppf(1 - alpha / m, df)  # one-sided, Bonferroni over the case-metrics
-    t_same = stats.t.ppf(1 - alpha, df)  # two one-sided tests (TOST) at alpha
-    lo, hi = mean - t_claim * se, mean + t_claim * se
-    same = (np.abs(mean) + t_same * se) < delta
+    margin = math.log1p(max(pass_margin, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_worse = stats.t.sf((mean - delta) / se, df)  # H0: not worse than the minimum effect
+        p_better = stats.t.sf((-mean - delta) / se, df)
+    claimed = _holm(np.where(primary & (n >= 2), np.minimum(p_worse, p_better), 1.0), alpha)
+    t_pass = stats.t.ppf(1 - alpha, df)  # one-sided: the pass bound, each case at alpha
+    t_claim = stats.t.ppf(1 - alpha / m, df)  # the interval shown: Holm's first step
+    upper = mean + t_pass * se
     verdict = np.select(
-        [n < 2, lo > delta, hi < -delta, same], ["undecided", "regression", "improvement", "same"],
+        [n < 2, claimed & (p_worse <= p_better), claimed, upper < margin],
+        ["undecided", "regression", "improvement", "same"],
         "undecided",
-    )  # fmt: skip
+    )
     verdict = np.where(table["wrong"], "wrong", verdict)
     verdict = np.where(table["slowed_b"] & ~table["slowed_a"], "untrusted", verdict)
-    # out of reach: at max_pairs, the intervals of this spread still straddle the minimum
-    # effect and the current mean is too close to no change to leave it
+    verdict = np.where(primary | (verdict == "wrong") | (verdict == "untrusted"), verdict, "detail")
+    # out of reach: at max_pairs, at this spread, neither the pass bound could fall under the
+    # margin nor the claim's bound pass the minimum effect, even were the true change a
+    # standard error kinder than its mean now (judged on the mean alone, simulated checks
+    # gave up on a quarter of unchanged checks after 3-4 pairs that more pairs would pass)
     df_max = df + (max_pairs - n)
     se_max = np.sqrt(variance / max_pairs)
-    can_pass = stats.t.ppf(1 - alpha, df_max) * se_max < delta
-    can_claim = np.abs(mean) - stats.t.ppf(1 - alpha / m, df_max) * se_max > delta
+    can_pass = mean - se + stats.t.ppf(1 - alpha, df_max) * se_max < margin
+    can_claim = np.abs(mean) + se - stats.t.ppf(1 - alpha / m, df_max) * se_max > delta
     settled = (verdict != "undecided") | ~(can_pass | can_claim)
     sign = np.where(table["better"] == "lower", 1.0, -1.0)
     ratio = np.exp(sign * mean)
+    lo, hi = mean - t_claim * se, mean + t_claim * se
     bounds = np.sort(np.exp(sign[:, None] * np.column_stack([lo, hi])), axis=1)
     base = np.array([np.median(a) for a in table["a"]])
     cand = np.array([np.median(b) for b in table["b"]])
     needed = [
-        None if v != "undecided" else pairs_needed(float(mu), float(var), float(dl), alpha, m)
+        None if v != "undecided" else pairs_needed(float(mu), float(var), float(dl), alpha, m,
+                                                   pass_margin=pass_margin)
         for v, mu, var, dl in zip(verdict, mean, variance, delta, strict=True)
-    ]
+    ]  # fmt: skip
     out = table[["probe", "metric", "better", "key", "case"]].assign(
         pairs=n.astype(int),
         pairs_needed=pd.array(needed, dtype="Int64"),
@@ -186,22 +207,80 @@ def judge(
         ratio=ratio,
         ratio_lo=bounds[:, 0],
         ratio_hi=bounds[:, 1],
+        ratio_worst=np.exp(sign * upper),
         min_effect_pct=100 * np.expm1(delta),
+        pass_margin_pct=100 * pass_margin,
+        against=against,
         verdict=verdict,
         settled=settled,
     )
     return out
 
 
+def _primary(table: pd.DataFrame) -> np.ndarray:
+    """Which rows are a case's primary metrics (`Metric.primary`; an unknown metric is)."""
+    secondary = {
+        (spec.name, m.column)
+        for spec in registry.specs().values()
+        for m in spec.metrics
+        if not m.primary
+    }
+    pairs = zip(table["probe"], table["metric"], strict=True)
+    return np.array([(p, m) not in secondary for p, m in pairs])
+
+
+def _holm(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's step-down over the p values: which hypotheses are rejected at family-wise
+    level alpha (p = 1 marks a row outside the family)."""
+    family = int((p < 1).sum())
+    rejected = np.zeros(len(p), dtype=bool)
+    for step, i in enumerate(np.argsort(p, kind="stable")[:family]):
+        if not p[i] <= alpha / (family - step):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def _against_canary(
+    table: pd.DataFrame, alpha: float, delta: float
+) -> tuple[list[Any], np.ndarray]:
+    """Each row's log ratios as judged, and against what: its canary (d - c, "canary") where
+    both sides measured one in every pair and the canaries agree (their own mean within the
+    minimum effect, and not significantly apart from 0); "moved" where they do not (the
+    canary runs code neither side changed, so a canary that moved means the sides' machines
+    or libraries differ: the case is judged as measured); "measured" without a canary."""
+    if "c" not in table:
+        return list(table["d"]), np.full(len(table), "measured")
+    out, against = [], []
+    for d, c in zip(table["d"], table["c"], strict=True):
+        c = np.asarray(c, dtype=float)
+        if len(c) < 2 or not np.isfinite(c).all():
+            out.append(d)
+            against.append("measured")
+            continue
+        agree = abs(float(c.mean())) < delta
+        if agree and np.std(c, ddof=1) > 0:
+            agree = bool(stats.ttest_1samp(c, 0.0).pvalue >= alpha)
+        out.append(list(np.asarray(d) - c) if agree else d)
+        against.append("canary" if agree else "moved")
+    return out, np.array(against)
+
+
 def pairs_needed(
-    mean: float, variance: float, delta: float, alpha: float, m: int, cap: int = 200
+    mean: float,
+    variance: float,
+    delta: float,
+    alpha: float,
+    m: int,
+    cap: int = 200,
+    pass_margin: float = PASS_MARGIN,
 ) -> int | None:
-    """The fewest pairs at which a case of this mean and spread would be decided (inside the
-    minimum effect, or beyond it), or None if not within `cap`."""
+    """The fewest pairs at which a case of this mean and spread would be decided (its pass
+    bound under the margin, or beyond the minimum effect), or None if not within `cap`."""
     n = np.arange(2, cap + 1)
     se = np.sqrt(variance / n)
     df = n - 1 + PRIOR_PAIRS
-    inside = abs(mean) + stats.t.ppf(1 - alpha, df) * se < delta
+    inside = mean + stats.t.ppf(1 - alpha, df) * se < math.log1p(pass_margin)
     beyond = abs(mean) - stats.t.ppf(1 - alpha / m, df) * se > delta
     found = np.flatnonzero(inside | beyond)
     return int(n[found[0]]) if len(found) else None
@@ -221,7 +300,8 @@ def final(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     out = table.assign(verdict=table["verdict"].replace({"undecided": "inconclusive"}))
-    order = ["regression", "wrong", "untrusted", "missing", "inconclusive", "improvement", "same"]
+    order = ["regression", "wrong", "untrusted", "missing", "inconclusive", "improvement", "same",
+             "detail"]  # fmt: skip
     rank = out["verdict"].map({v: i for i, v in enumerate(order)})
     move = -out["change_pct"].abs()
     return out.assign(_r=rank, _m=move).sort_values(["_r", "_m"]).drop(columns=["_r", "_m"])

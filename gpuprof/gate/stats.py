@@ -53,6 +53,7 @@ VERDICTS = (
     "improvement",
     "new",
     "same",
+    "detail",
 )
 FAILING = ("regression", "wrong", "untrusted", "missing")
 

@@ -22,6 +22,7 @@ LABELS = {
     "improvement": "improvement",
     "new": "new",
     "same": "same",
+    "detail": "(detail)",
 }
 EXPLAIN = {
     "regression": "worse beyond its threshold, and significant against the iteration noise",
@@ -33,7 +34,8 @@ EXPLAIN = {
     "noise, within the minimum effect or beyond it",
     "improvement": "better beyond its threshold, and significant",
     "new": "only the candidate has this case",
-    "same": "within the minimum effect",
+    "same": "within the minimum effect (A/B: shown not slower than the pass margin)",
+    "detail": "a metric that explains its case (A/B: the case is judged on its primary metric)",
 }
 
 
@@ -57,8 +59,8 @@ def undecided_exit(table: pd.DataFrame, code: int, on_inconclusive: str) -> tupl
         return 0, [f"{what}: passed, as --on-inconclusive pass asks"]
     return UNDECIDED_EXIT, [
         f"{what}: the check could not decide them, exit {UNDECIDED_EXIT} (not a pass); measure "
-        "more (A/B: --max-pairs; against a baseline: --repeats, or a baseline of more runs) or "
-        "pass them knowingly with --on-inconclusive pass"
+        "more (A/B: --time-budget, --max-pairs; against a baseline: --repeats, or a baseline "
+        "of more runs) or pass them knowingly with --on-inconclusive pass"
     ]
 
 
@@ -131,6 +133,8 @@ def junit(table: pd.DataFrame, name: str, notes: list[str], on_inconclusive: str
     """JUnit XML: one testcase per case and metric; failing verdicts are failures with the
     numbers in the message and as properties; inconclusive ones are errors (the check could
     not decide them), or skipped with `on_inconclusive="pass"`: never a silent pass."""
+    if len(table):  # a case's detail metrics explain it; they are not tests of their own
+        table = table[table["verdict"] != "detail"]
     failures = int(table["verdict"].isin(FAILING).sum()) if len(table) else 0
     undecided = int((table["verdict"] == "inconclusive").sum()) if len(table) else 0
     errors = undecided if on_inconclusive == "error" else 0
@@ -194,7 +198,7 @@ def markdown(table: pd.DataFrame, title: str, notes: list[str], summary: str) ->
     the table with failures first; cases that stayed the same are folded away."""
     lines = [f"### {title}", "", f"**{summary}**", ""]
     lines += [f"- {n}" for n in notes]
-    shown = table[table["verdict"] != "same"] if len(table) else table
+    shown = table[~table["verdict"].isin(["same", "detail"])] if len(table) else table
     if len(shown):
         lines += ["", "| " + " | ".join(rows(shown)[0]) + " |", "|" + "---|" * len(rows(shown)[0])]
         for cells in rows(shown)[1:]:
@@ -202,4 +206,7 @@ def markdown(table: pd.DataFrame, title: str, notes: list[str], summary: str) ->
     same = int((table["verdict"] == "same").sum()) if len(table) else 0
     if same:
         lines += ["", f"{same} case-metrics within the minimum effect are not listed."]
+    detail = int((table["verdict"] == "detail").sum()) if len(table) else 0
+    if detail:
+        lines += ["", f"{detail} detail metrics (explaining their cases) are not listed."]
     return "\n".join(lines) + "\n"

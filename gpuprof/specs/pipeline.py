@@ -224,7 +224,7 @@ SPEC = ProbeSpec(
     advice="gpuprof.advice.pipeline:findings",
     metrics=(
         Metric(column="step_us", better="lower", keys=_KEYS),
-        Metric(column="bubble_pct", better="lower", keys=_KEYS),
+        Metric(column="bubble_pct", better="lower", keys=_KEYS, primary=False),
     ),
     tables=("pipeline", "pipeline_timeline"),
     overview="gpuprof.analysis.pipeline:overview",
