@@ -179,7 +179,7 @@ def baseline_id(base: Path) -> str | None:
 
 
 CASE_FIELDS = ("probe", "case", "metric", "better", "verdict", "change_pct", "threshold_pct",
-               "ratio", "ratio_lo", "ratio_hi", "pairs")  # fmt: skip
+               "ratio", "ratio_lo", "ratio_hi", "ratio_worst", "against", "pairs")  # fmt: skip
 
 
 def compact(
