@@ -103,6 +103,11 @@ def test_the_canary_removes_the_processs_own_speed_unless_it_moved() -> None:
     assert table.loc[0, "against"] == "canary" and table.loc[0, "verdict"] == "same"
     raw = _judge([{"probe": "compute", "metric": "time_us", "d": speed + own}])
     assert raw.loc[0, "against"] == "measured" and raw.loc[0, "verdict"] == "undecided"
+    # a canary as noisy as its case, its mean 6% off over these pairs: not apart from 0
+    strayed = _judge(
+        [{"probe": "compute", "metric": "time_us", "d": speed + own + 0.06, "c": speed + 0.06}]
+    )
+    assert strayed.loc[0, "against"] == "canary" and strayed.loc[0, "verdict"] == "same"
     moved = speed * 0.1 + 0.15
     table = _judge([{"probe": "compute", "metric": "time_us", "d": speed + own, "c": moved}])
     assert table.loc[0, "against"] == "moved" and table.loc[0, "verdict"] == "undecided"
