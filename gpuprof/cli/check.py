@@ -27,7 +27,6 @@ from gpuprof.cli.options import out_option
 from gpuprof.errors import MeasurementError, UsageError
 from gpuprof.machine.node import plan_device
 from gpuprof.params import csv
-from gpuprof.registry import PASS_MARGIN
 from gpuprof.runs.plan import DEVICES, SUITES
 
 AB_BUDGET_S = 180.0  # A/B: pairs are added while the next fits in this many seconds
@@ -95,7 +94,7 @@ AB_PAIRS = 20  # A/B pairs at most
 )
 @click.option(
     "--pass-margin",
-    default=100 * PASS_MARGIN,
+    default=100 * registry.PASS_MARGIN,
     show_default=True,
     type=click.FloatRange(0, 1000, min_open=True),
     metavar="PCT",

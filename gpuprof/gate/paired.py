@@ -43,6 +43,7 @@ from scipy import stats
 
 from gpuprof import registry
 from gpuprof.analysis.measured import Measured
+from gpuprof.gate.stats import in_order
 
 PRIOR_PAIRS = 3  # the weight, in pairs, of a pool's typical variance
 PASS_MARGIN = registry.PASS_MARGIN  # a case passes when not slower than this, at 1 - alpha
@@ -189,7 +190,7 @@ def judge(
     settled = (verdict != "undecided") | ~(can_pass | can_claim)
     sign = np.where(table["better"] == "lower", 1.0, -1.0)
     ratio = np.exp(sign * mean)
-    lo, hi = mean - t_pass * se, mean + t_pass * se  # shown: its worse end is the pass bound
+    lo, hi = mean - t_pass * se, upper  # shown: its worse end is the pass bound
     bounds = np.sort(np.exp(sign[:, None] * np.column_stack([lo, hi])), axis=1)
     base = np.array([np.median(a) for a in table["a"]])
     cand = np.array([np.median(b) for b in table["b"]])
@@ -301,12 +302,7 @@ def final(table: pd.DataFrame) -> pd.DataFrame:
     first, then by the size of the change."""
     if table.empty:
         return table
-    out = table.assign(verdict=table["verdict"].replace({"undecided": "inconclusive"}))
-    order = ["regression", "wrong", "untrusted", "missing", "inconclusive", "improvement", "same",
-             "detail"]  # fmt: skip
-    rank = out["verdict"].map({v: i for i, v in enumerate(order)})
-    move = -out["change_pct"].abs()
-    return out.assign(_r=rank, _m=move).sort_values(["_r", "_m"]).drop(columns=["_r", "_m"])
+    return in_order(table.assign(verdict=table["verdict"].replace({"undecided": "inconclusive"})))
 
 
 def balanced_order(max_pairs: int, seed: int | None) -> list[tuple[str, str]]:
