@@ -106,8 +106,10 @@ MATMUL_PROBE = "compute"
 # the A/B design the records were made with: 2 judges each case on its primary metric, against
 # its canary, passes it under the 10% margin, one thread a CPU rank (1: every metric, within
 # 5% both ways, two CPU ranks with the collectives); 3 keeps a canary whose mean strayed past
-# the minimum effect unless it is significantly apart from 0 (2 left it for the raw values)
-AB_DESIGN = 3
+# the minimum effect unless it is significantly apart from 0 (2 left it for the raw values);
+# 4 starts a one-rank launch without torchrun (2-4 s less a launch) and times a pair by the
+# probes it launches, so more pairs of the undecided probes fit in the budget
+AB_DESIGN = 4
 AFFECTED, UNAFFECTED = 1.15, 1.05  # pooled slowdowns: what a check must name, and must not
 
 

@@ -372,24 +372,41 @@ def test_a_check_of_one_or_two_probes_keeps_its_raw_ratios() -> None:
     assert not (shifted.table["verdict"] == "regression").any()
 
 
+def test_a_pair_is_timed_by_the_probes_it_launches() -> None:
+    """What a pair of launches of some probes will cost: each probe's measuring time in a
+    run (the one-H200 ci run: memory from 0.0 to 6.1 s of its cases, compute 6.2 to 8.6,
+    DDP's case 8.9 s, as its shard's records say) and the rest of the pair's wall time."""
+    from gpuprof.gate import ab
+    from gpuprof.runs.store import Run
+
+    spans = ab.probe_seconds(Run(Path(__file__).parent / "data" / "h200"))
+    assert spans == pytest.approx({"memory": 6.13, "compute": 2.37, "ddp": 8.93}, abs=0.01)
+    costs = ab._Costs()
+    costs.add(50.0, [spans, {**spans, "ddp": 9.5}])  # the slower side's DDP counts
+    assert costs.overhead_s == pytest.approx(50.0 - 2 * (6.13 + 2.37) - 8.93 - 9.5, abs=0.05)
+    assert costs.pair_s(None) == pytest.approx(50.0 + 9.5 - 8.93, abs=0.05)
+    assert costs.pair_s(["memory"]) == pytest.approx(costs.overhead_s + 2 * 6.13, abs=0.05)
+
+
 def test_later_pairs_launch_only_undecided_probes_while_the_budget_lasts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past --min-pairs a pair launches only the probes with undecided cases, each case keeps
-    the pairs that measured it, and with a time budget no pair starts that would not fit
-    (each launch 10 s on a fake clock: a budget of 95 s holds 3 pairs of everything and one
-    more of the undecided probe, not a fifth)."""
+    the pairs that measured it, and with a time budget no pair starts that would not fit,
+    timed by the probes it launches (on a fake clock a launch costs 2 s and 4 s a probe: a
+    budget of 95 s holds 3 pairs of both probes, 60 s, and 2 more of the undecided one, 12 s
+    each, not a third; timed as a whole pair, 20 s, only one would have fitted)."""
     from types import SimpleNamespace
 
     from gpuprof.gate import ab
 
     clock, launched = [0.0], []
-    # ddp 7.5% slower, spread 2%: neither shown under the 10% pass margin nor beyond the 5%
-    # minimum effect by 3 pairs; a fourth could show it under the margin
-    slower = iter([0.055, 0.095, 0.075, 0.075] * 8)
+    # ddp about 7% slower and spread wide: neither shown under the 10% pass margin nor
+    # beyond the 5% minimum effect by 5 pairs, but a sixth could still decide it
+    slower = iter([0.02, 0.12, 0.06, 0.07, 0.065] * 8)
 
     def launch(side: ab.Side, label: str, plan: ab.Plan, stamp: Path, probes: Any = None) -> Any:
-        clock[0] += 10.0
+        clock[0] += 2.0 + 4.0 * len(probes or ["memory", "ddp"])
         launched.append((label, probes))
         assert ab._only(plan.sweep_args, probes)[-2:] == (
             ["--probes", ",".join(probes)] if probes else ["--suite", "ci"]
@@ -412,6 +429,7 @@ def test_later_pairs_launch_only_undecided_probes_while_the_budget_lasts(
 
     monkeypatch.setattr(ab, "launch", launch)
     monkeypatch.setattr(ab, "measure_run", measure)
+    monkeypatch.setattr(ab, "probe_seconds", lambda run: dict.fromkeys(run.probes, 4.0))
     monkeypatch.setattr(ab, "_same_environment", lambda a, b: None)
     monkeypatch.setattr(ab, "time", SimpleNamespace(monotonic=lambda: clock[0], strftime=str))
     plan = ab.Plan(
@@ -419,12 +437,14 @@ def test_later_pairs_launch_only_undecided_probes_while_the_budget_lasts(
         time_budget_s=95.0, seed=3,
     )  # fmt: skip
     result = ab.run_ab(ab.Side(python="ref"), ab.Side(python="cand"), plan, say=lambda _: None)
-    assert [probes for _, probes in launched] == [None] * 6 + [["ddp"]] * 2
+    assert [probes for _, probes in launched] == [None] * 6 + [["ddp"]] * 4
     pairs = result.table.set_index("case")["pairs"]
     assert pairs["memory 0"] == pairs["memory 1"] == 3
-    assert pairs["ddp 0"] == pairs["ddp 1"] == 4
-    assert set(result.table.set_index("case")["verdict"][["memory 0", "memory 1"]]) == {"same"}
-    assert clock[0] <= 95.0 and len(result.runs["A"]) == 4
+    assert pairs["ddp 0"] == pairs["ddp 1"] == 5
+    verdicts = result.table.set_index("case")["verdict"]
+    assert set(verdicts[["memory 0", "memory 1"]]) == {"same"}
+    assert set(verdicts[["ddp 0", "ddp 1"]]) == {"inconclusive"}  # a sixth pair: 96 s
+    assert clock[0] == 84.0 and len(result.runs["A"]) == 5
     # without a budget, --max-pairs alone bounds the pairs of the undecided probe
     clock[0], launched[:] = 0.0, []
     plan = ab.Plan(sweep_args=("--suite", "ci"), out=tmp_path, max_pairs=5, seed=3)

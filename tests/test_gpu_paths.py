@@ -525,6 +525,40 @@ def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     assert not any(line.startswith(("n/a", "CHECK")) for line in lines), done.stdout
 
 
+GOLDEN_H200 = ROOT / "tests" / "data" / "h200"
+
+
+def test_a_real_h200_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None:
+    """The ci suite on one H200 (141 GB HBM3e at 4.8 TB/s; torch 2.11 + CUDA 13.0, NCCL
+    2.28.9), kept as the H100's: the device copy
+    at 86% of 4.8 TB/s (read + written; the same machines gave ~4.3 TB/s in a plain torch
+    copy), pinned copies at PCIe Gen5 x16's ~55 of 63 GB/s as on the H100, bf16 matmuls under
+    the ~790 TFLOP/s of a ten-iteration benchmark because, as on the H100, the telemetry shows
+    them at the power limit."""
+    from gpuprof import open_run
+    from gpuprof.advice import telemetry as telemetry_advice
+    from gpuprof.analysis.summary import Analyzed, summarize_run
+
+    run_dir = tmp_path / "0001_ci"
+    shutil.copytree(GOLDEN_H200, run_dir)
+    run = open_run(run_dir)
+    assert run.info["ranks"][0]["gpu_name"] == "NVIDIA H200"
+    memory = summarize_run(run, "memory").set_index("kind")
+    assert memory["nwrong"].sum() == 0
+    assert 50 <= memory.loc["h2d_pinned", "bandwidth_gbps"] <= 60
+    assert 3900 <= memory.loc["d2d", "bandwidth_gbps"] <= 4500
+    assert memory.loc["d2d", "pct_of_peak"] == pytest.approx(
+        100 * memory.loc["d2d", "bandwidth_gbps"] / 4800, rel=1e-3
+    )
+    compute = summarize_run(run, "compute").set_index("dtype")
+    assert 600 <= compute.loc["bfloat16", "tflops"] <= 800
+    capped = telemetry_advice.findings(Analyzed(run))
+    assert len(capped) == 1 and "(compute) ran at the GPU's power limit (SwPowerCap)" in capped[0]
+    done = smoke_check(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(line.startswith(("n/a", "CHECK")) for line in done.stdout.splitlines())
+
+
 def test_a_rank_names_its_gpu_as_nvml_does(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the H100, run.json's ranks[].gpu_uuid was torch's bare 'b61e325a-...' while
     nodes[].gpus[].uuid was NVML's 'GPU-b61e325a-...' (nvmlDeviceGetUUID: 'GPU-' then the

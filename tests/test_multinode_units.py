@@ -82,6 +82,24 @@ def test_node_commands_per_launcher(tmp_path: Path) -> None:
         assert argv[argv.index("--rdzv-backend") + 1] == "static"
 
 
+def test_one_rank_is_started_without_torchrun(tmp_path: Path) -> None:
+    """A world of one needs no rendezvous: the local launcher starts the rank-side sweep
+    itself (torchrun's process costs a second Python and torch import per launch), with the
+    same rank arguments and thread setting; --master-port keeps torchrun."""
+    plan = SweepPlan(num_nodes=1, gpus_per_node=1, device="cpu")
+    solo = node_command(plan, LaunchConfig(launcher="local"), run_dir=tmp_path / "r", out=tmp_path)
+    assert solo.solo and solo.argv[1:3] == ["-m", "gpuprof.probes.sweep"]
+    assert "torch.distributed.run" not in solo.argv
+    assert solo.argv[solo.argv.index("--run-dir") + 1] == str(tmp_path / "r")
+    pair = SweepPlan(num_nodes=1, gpus_per_node=2, device="cpu")
+    two = node_command(pair, LaunchConfig(launcher="local"), run_dir=tmp_path / "r", out=tmp_path)
+    assert not two.solo and solo.argv[1:] == two.argv[two.argv.index("-m", 3) :]
+    assert solo.env.keys() == two.env.keys()
+    fixed = node_command(plan, LaunchConfig(launcher="local", master_port=29511), run_dir=None,
+                         out=tmp_path)  # fmt: skip
+    assert not fixed.solo and "torch.distributed.run" in fixed.argv
+
+
 def test_the_local_launcher_lets_the_store_bind_its_own_port(tmp_path: Path) -> None:
     """A port picked by the launcher and bound later by torchrun can be taken in between by
     another job on a busy machine (EADDRINUSE, seen on CI): without --master-port the local

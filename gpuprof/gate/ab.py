@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof import registry
 from gpuprof.analysis.measured import Measured, measure_run
 from gpuprof.errors import MeasurementError, UsageError
 from gpuprof.gate.paired import PASS_MARGIN, balanced_order, decide, final, finished
@@ -148,7 +149,8 @@ def run_ab(
     0 pass, 1 a failing verdict, 3 a launch that did not complete). Past `min_pairs`, a pair
     launches only the probes that still have undecided cases (every launch of a settled
     probe would spend the time the undecided ones need); with a time budget, pairs are
-    added while the next one (timed as the last) fits in it."""
+    added while the next one fits in it (its probes timed as in their last launches, the
+    rest as in the last pair)."""
     started = time.monotonic()
     stamp = plan.out / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
     sides = {"A": reference, "B": candidate}
@@ -156,6 +158,7 @@ def run_ab(
     pairs: list[tuple[Measured, Measured]] = []
     table = pd.DataFrame()
     probes: list[str] | None = None  # the plan's own
+    costs = _Costs()
     for number, order in enumerate(balanced_order(plan.max_pairs, plan.seed), start=1):
         began = time.monotonic()
         measured: dict[str, Measured] = {}
@@ -169,21 +172,29 @@ def run_ab(
             _same_environment(runs["A"][0], runs["B"][0])
         pairs.append((measured["A"], measured["B"]))
         now = time.monotonic()
-        horizon = _horizon(plan, number, now - began, now - started)
-        table = decide(
-            pairs,
-            min_effect=plan.min_effect,
-            alpha=plan.alpha,
-            max_pairs=horizon,
-            effects=dict(plan.effects),
-            pass_margin=plan.pass_margin,
-        )
+        costs.add(now - began, [probe_seconds(runs[which][-1]) for which in order])
+        # the next pair launches the probes still undecided, which depend on the pairs the
+        # budget can reach, which depend on what the next pair costs: settled in a few turns
+        probes = None
+        for _ in range(3):
+            horizon = _horizon(plan, number, costs.pair_s(probes), now - started)
+            table = decide(
+                pairs,
+                min_effect=plan.min_effect,
+                alpha=plan.alpha,
+                max_pairs=horizon,
+                effects=dict(plan.effects),
+                pass_margin=plan.pass_margin,
+            )
+            undecided = sorted(set(table.loc[~table["settled"], "probe"])) if len(table) else []
+            if number < plan.min_pairs or undecided == probes:
+                break
+            probes = undecided
         open_cases = 0 if table.empty else int((~table["settled"]).sum())
         say(f"gpuprof: pair {number} ({' '.join(order)}): {open_cases} case(s) undecided")
         if finished(table, number, plan.min_pairs, horizon):
             break
-        if number >= plan.min_pairs:
-            probes = sorted(set(table.loc[~table["settled"], "probe"]))
+        probes = undecided if number >= plan.min_pairs else None
     needed = _needed_note(table, len(pairs)) + _canary_note(table)
     table = _with_missing(final(table), pairs)
     failing = len(table) and table["verdict"].isin(FAILING).any()
@@ -198,6 +209,37 @@ def run_ab(
         seconds=time.monotonic() - started,
         versions={SIDES[k]: (v[0].info.get("versions") or {}) for k, v in runs.items() if v},
     )
+
+
+def probe_seconds(run: Run) -> dict[str, float]:
+    """Each probe's measuring time in a run: its first case's start to its last case's end."""
+    spans = {}
+    for name, spec in registry.specs().items():
+        frames = [run.table(t) for t in spec.table_names if t in run.tables()]
+        ends = [(f["start_unix_ns"], f["end_unix_ns"]) for f in frames if "end_unix_ns" in f]
+        starts = [x for start, _ in ends for x in start if x > 0]
+        if starts:
+            spans[name] = (max(x for _, end in ends for x in end) - min(starts)) / 1e9
+    return spans
+
+
+@dataclass
+class _Costs:
+    """What a pair costs: each probe's measuring time in a launch (the latest seen) and the
+    rest of the last pair's wall time (two processes' starts, reading the runs, judging)."""
+
+    spans: dict[str, float] = field(default_factory=dict)
+    overhead_s: float = 0.0
+
+    def add(self, pair_s: float, launches: list[dict[str, float]]) -> None:
+        for probe in {p for spans in launches for p in spans}:
+            self.spans[probe] = max(spans.get(probe, 0.0) for spans in launches)
+        self.overhead_s = max(0.0, pair_s - sum(sum(s.values()) for s in launches))
+
+    def pair_s(self, probes: list[str] | None) -> float:
+        """A pair of launches of `probes` (None: every probe measured so far)."""
+        kept = self.spans if probes is None else {p: self.spans.get(p, 0.0) for p in probes}
+        return self.overhead_s + 2 * sum(kept.values())
 
 
 def _horizon(plan: Plan, done: int, pair_s: float, spent_s: float) -> int:

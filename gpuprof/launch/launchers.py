@@ -1,6 +1,7 @@
 """Which launcher runs a sweep, and the command each node runs under it.
 
-- `local`: one node, torchrun with the static rendezvous on loopback.
+- `local`: one node, torchrun with its rendezvous on loopback; one rank alone is started
+  directly, without torchrun (`solo_launch`).
 - `manual`: the same `gpuprof sweep` on every node with `--node-rank K --master-addr HOST`;
   each node runs torchrun with the static rendezvous (it works inside network namespaces,
   where c10d failed to find its own address). Node 0 holds the run folder; other nodes keep a
@@ -21,6 +22,7 @@ from gpuprof.launch.torchrun import (
     NodeLaunch,
     check_port_free,
     node_launch,
+    solo_launch,
     static_rdzv,
 )
 from gpuprof.machine.env import detect_launcher
@@ -46,6 +48,8 @@ def node_command(
 ) -> NodeLaunch:
     """What this node runs: node 0 (or the only node) holds the run folder."""
     if cfg.launcher == "local":
+        if plan.num_nodes == 1 and plan.gpus_per_node == 1 and not cfg.master_port:
+            return solo_launch(plan, run_dir=run_dir, home=True)
         # without --master-port, the rendezvous store binds a free port itself (c10d on port
         # 0, as torchrun --standalone): a port picked here and bound later by torchrun can be
         # taken in between by another job on a busy machine (EADDRINUSE)

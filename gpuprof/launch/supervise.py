@@ -1,6 +1,6 @@
-"""Supervising one node's launched job: pass torchrun's output through, watch the ranks, and
-stop the job early when it cannot finish (a rank died, was stopped, flagged a failure, or no
-record arrived for longer than a case may take)."""
+"""Supervising one node's launched job: pass torchrun's (or a lone rank's) output through,
+watch the ranks, and stop the job early when it cannot finish (a rank died, was stopped,
+flagged a failure, or no record arrived for longer than a case may take)."""
 
 from __future__ import annotations
 
@@ -189,14 +189,15 @@ class _RootCause:
         """{rank: why} when the first failure was not a watchdog exit (3) of a waiting rank."""
         if self.rank is None or self.exitcode in (None, 3):
             return {}
-        code = self.exitcode
-        assert code is not None
-        why = (
-            f"rank process killed by {signal.Signals(-code).name}"
-            if code < 0
-            else f"rank process exited with {code}"
-        )
-        return {self.rank: why}
+        assert self.exitcode is not None
+        return {self.rank: _exit_reason(self.exitcode)}
+
+
+def _exit_reason(code: int) -> str:
+    """A rank process's exit code in words (negative: killed by that signal)."""
+    if code < 0:
+        return f"rank process killed by {signal.Signals(-code).name}"
+    return f"rank process exited with {code}"
 
 
 def supervise(
@@ -273,6 +274,9 @@ def supervise(
     proc.stderr.close()
     if result is None:
         result = Supervised(returncode=int(proc.returncode), run_dir=run_dir)
-    # Who failed first: a stopped rank, else torchrun's root cause, else the first seen dead.
+    # Who failed first: a stopped rank, else torchrun's root cause, else the first seen dead
+    # (a rank started without torchrun is the launched process: its own exit code)
     result.lost = stopped or root.culprit() or lost
+    if launch.solo and not result.lost and result.returncode not in (0, 3):
+        result.lost = {0: _exit_reason(result.returncode)}
     return result

@@ -46,6 +46,7 @@ class NodeLaunch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     local: bool = True  # the ranks run on this machine (not srun's remote nodes)
+    solo: bool = False  # the one rank itself, started without torchrun
 
     def shell(self) -> str:
         """The command as one shell line (for --dry-run)."""
@@ -118,6 +119,19 @@ def node_launch(plan: SweepPlan, node_rank: int, rdzv: list[str], **where: Any) 
         node_rank=node_rank,
         argv=argv + worker_argv(plan, **where),
         env=worker_env(plan.gpus_per_node, plan.device),
+    )
+
+
+def solo_launch(plan: SweepPlan, **where: Any) -> NodeLaunch:
+    """A job of one rank on this machine: the rank-side sweep started directly, a world of
+    one whose store lives in the rank (`gpuprof.probes._harness.init`). torchrun would add a
+    second Python with its own torch import and a rendezvous: 2-4 s of every launch, which an
+    A/B check pays six times or more."""
+    return NodeLaunch(
+        node_rank=0,
+        argv=[sys.executable, *worker_argv(plan, **where)],
+        env=worker_env(1, plan.device),
+        solo=True,
     )
 
 

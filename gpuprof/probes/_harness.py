@@ -108,8 +108,7 @@ class Context:
 
 
 def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+    return int(os.environ.get(name) or default)
 
 
 def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Context:
@@ -123,15 +122,16 @@ def init(run_dir: Path | None, device_request: str, case_timeout_s: float) -> Co
         device, backend = torch.device("cuda", local_rank), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    # Waiting at a scope boundary can outlast one case; the watchdog bounds each case.
-    pg_timeout = timedelta(seconds=max(1800.0, 4 * case_timeout_s))
     if not dist.is_initialized():
-        # device_id binds the NCCL communicator to this GPU at init, so new_group can split it
-        # instead of making a new communicator from scratch for every sub-group
+        # a wait at a scope boundary can outlast a case (the watchdog bounds each); device_id
+        # binds NCCL to this GPU at init, so new_group splits it (no communicator made from
+        # scratch per sub-group); a rank started alone (`solo_launch`) is a world of one
+        kwargs: dict[str, Any] = {"timeout": timedelta(seconds=max(1800.0, 4 * case_timeout_s))}
         if device.type == "cuda" and TAKES_DEVICE_ID:
-            dist.init_process_group(backend, timeout=pg_timeout, device_id=device)
-        else:
-            dist.init_process_group(backend, timeout=pg_timeout)
+            kwargs["device_id"] = device
+        if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
+            kwargs.update(store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+        dist.init_process_group(backend, **kwargs)
     world_size, rank = dist.get_world_size(), dist.get_rank()
     local_world = _env_int("LOCAL_WORLD_SIZE", world_size)
     ctx = Context(
