@@ -186,7 +186,7 @@ CASE_FIELDS = ("probe", "case", "metric", "better", "verdict", "change_pct", "th
 
 
 def compact(
-    data: dict[str, Any], scenario: str, baseline: str | None, extra: list[str]
+    data: dict[str, Any], scenario: str, baseline: str | None, extra: list[str], device: str
 ) -> dict[str, Any]:
     """One check's record: what the figures are computed from, without the per-run values
     (a stored check keeps the paths of its runs, which --pool judges again)."""
@@ -198,6 +198,7 @@ def compact(
         "method": METHOD,
         "baseline": baseline if scenario.startswith("stored") else None,
         "check_args": shlex.join(extra),
+        **({"device": device} if device != "cpu" else {}),
         **({"ab_design": AB_DESIGN} if scenario.startswith("ab") else {}),
         **{
             k: _rounded(data[k])
@@ -241,6 +242,8 @@ def group(check: dict[str, Any], across_baselines: bool = False) -> str:
         name = f"each baseline checked in its own window ({check['host']})"
     else:
         name = f"baseline {check['baseline']} ({check['host']})"
+    if check.get("device", "cpu") != "cpu":
+        name += f", --device {check['device']}"
     if check.get("check_args"):
         name += f", check {check['check_args']}"
     if check.get("pooled"):
@@ -273,7 +276,7 @@ def run_checks(
     folder.mkdir(parents=True, exist_ok=True)
     baseline = baseline_id(base)
     mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": METHOD,
-            "ab_design": AB_DESIGN}  # fmt: skip
+            "ab_design": AB_DESIGN, "device": device}  # fmt: skip
     here = group({**mine, "check_args": shlex.join(extra)})
     done_before = sum(group(r) == here for r in load(records, scenario))
     for i in range(done_before, count):
@@ -285,7 +288,7 @@ def run_checks(
         data.update(wall_s=round(wall, 1), confirmed="to confirm them" in done.stderr)
         records.parent.mkdir(parents=True, exist_ok=True)
         with records.open("a") as f:
-            f.write(json.dumps(compact(data, scenario, baseline, extra)) + "\n")
+            f.write(json.dumps(compact(data, scenario, baseline, extra, device)) + "\n")
         named = sum(c["verdict"] == "regression" for c in data.get("cases", []))
         print(f"  {scenario} {i + 1}/{count}: exit {done.returncode}, {named} named, {wall:.0f} s",
               flush=True)  # fmt: skip
@@ -316,7 +319,10 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
     if len(made) > 1:
         raise SystemExit(f"{scenario}: runs of several ways of measuring under {out}: {made}")
     method = made.pop() if made else METHOD
-    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": method}
+    mine_kept = [r.get("device", "cpu") for r in kept if r["baseline"] == baseline]
+    earlier_device = mine_kept[0] if mine_kept else "cpu"
+    mine = {"scenario": scenario, "baseline": baseline, "host": cpu_model(), "method": method,
+            "device": earlier_device}  # fmt: skip
     here = group({**mine, "pooled": size})
     earlier = [r for r in kept if group(r) == here]
     # where the records stop: each earlier judgement used `size` runs, or twice that confirmed
@@ -331,7 +337,7 @@ def pool(scenario: str, out: Path, base: Path, records: Path, size: int) -> None
         data.update(pooled=size, confirmed=used > size)
         start, count = start + used, count + 1
         with records.open("a") as f:
-            record = {**compact(data, scenario, baseline, []), "method": method}
+            record = {**compact(data, scenario, baseline, [], earlier_device), "method": method}
             f.write(json.dumps(record) + "\n")
         print(f"  {scenario} pooled {count}: {used} runs, exit {data['exit']}", flush=True)
 
@@ -384,7 +390,8 @@ def rejudge(scenario: str, base: Path, window: Path, records: Path, until: str) 
             rejudged=r["checked_at"],
             unconfirmed=data["exit"] == 1 and measured == len(runs),
         )
-        record = {**compact(data, scenario, second, []), "method": r.get("method", 1)}
+        device = r.get("device", "cpu")
+        record = {**compact(data, scenario, second, [], device), "method": r.get("method", 1)}
         record.update(rejudged=r["checked_at"], unconfirmed=data["unconfirmed"])
         with records.open("a") as f:
             f.write(json.dumps(record) + "\n")
