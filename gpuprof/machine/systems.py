@@ -1,14 +1,16 @@
 """Systems the predictor can predict on: a node's GPUs and how they are connected, as vendors
 and clouds describe them (NVLink generation and links per GPU, NVSwitch and NVLink SHARP, the
 size of one NVLink domain, NICs per node and their line rate, the GPU-to-NIC PCIe generation,
-in-network reduction, the network stack's extra latency). `gpuprof predict --hardware NAME`
-takes a preset; `--hardware FILE.toml` a system of the user's own, every field as below.
+in-network reduction, the network stack's extra latency, the NCCL version it runs).
+`gpuprof predict --hardware NAME` takes a preset; `--hardware FILE.toml` a system of the user's
+own, every field as below (`nccl = "2.28.9"` included).
 
 Every preset cites where its numbers come from. Nothing here is fitted to the measurements
 the predictor is validated against (docs/validation.md)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -23,6 +25,8 @@ else:  # Python 3.10: the same parser, as a package (a conditional dependency)
 
 ARCHS = ("ampere", "hopper", "blackwell")
 CPUS = ("intel", "amd", "arm")
+# an NCCL version as NCCL and nccl-tests print it: "2.28.9", "2.21.5+cuda12.4", "2.29"
+NCCL_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:[+~-][\w.+~-]*)?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +50,9 @@ class System:
     # 8 bytes on the full node, or across the nodes): no algorithm's latency is below it
     floor_us: float = 0.0
     cpu: str = "intel"
+    # the NCCL version the system runs ("2.28.9"): rules that changed between versions follow
+    # it (gpuprof.predict.p2p_channels); "": the newest rules the model has
+    nccl: str = ""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -62,6 +69,14 @@ class System:
             raise UsageError(
                 f"system {self.name}: nic_pcie_gen 3-6, net_latency_us and floor_us >= 0"
             )
+        if not isinstance(self.nccl, str) or (self.nccl and not NCCL_VERSION.fullmatch(self.nccl)):
+            raise UsageError(f"system {self.name}: nccl {self.nccl!r}", 'a version, e.g. "2.28.9"')
+
+    @property
+    def nccl_release(self) -> tuple[int, int] | None:
+        """NCCL's (major, minor) the system runs; None where not said (the newest rules)."""
+        found = NCCL_VERSION.fullmatch(self.nccl)
+        return (int(found.group(1)), int(found.group(2))) if found else None
 
     @property
     def domain(self) -> int:
@@ -269,6 +284,13 @@ def load_system(spec: str) -> System:
         return replace(base, **data) if base is not None else System(**data)
     except TypeError as exc:
         raise UsageError(f"{path}: {exc}", "gpu, arch and gpus_per_node are required") from None
+
+
+def nccl_version_in(text: object) -> str:
+    """The NCCL version a text starts with ("2.27.7 (per same section)" -> "2.27.7", a run's
+    "2.28.9+cuda12.9" -> "2.28.9"); "" where none."""
+    found = re.match(r"\d+\.\d+(?:\.\d+)?", str(text or "").strip())
+    return found.group(0) if found else ""
 
 
 def system_from_dict(data: dict[str, Any]) -> System:

@@ -44,8 +44,8 @@ def assumptions(
             "(docs/prediction.md). Band: +-15%, the model's error on published bandwidth rows"
             + (
                 "; calibrated by the run's own measurement (latency x, transfer x per size, "
-                "carried to other shapes): +-33%, the 75th percentile of that error on published "
-                "results held out by scale (median 8.5%)."
+                "carried to other shapes): +-14%, the 75th percentile of that error on published "
+                "results held out by scale (median 8.3%)."
                 if calibrated
                 else "."
             )

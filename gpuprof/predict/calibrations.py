@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
-from gpuprof.machine.systems import System, system_from_dict
+from gpuprof.machine.systems import System, load_system, nccl_version_in, system_from_dict
 from gpuprof.predict.calibrate import Calibration, calibrate, forced_algorithm
 from gpuprof.predict.nccl import OPS, P2P_OPS
 from gpuprof.predict.whatifs import same_hardware
@@ -16,10 +17,20 @@ from gpuprof.specs.collectives import SPEC as _COLLECTIVES
 COLLECTIVES = _COLLECTIVES.name
 
 
-def run_system(info: dict[str, Any]) -> System | None:
-    """The system a run says it was measured on (`gpuprof import ... --hardware`), if any."""
+def run_system(info: dict[str, Any], hardware: str | None = None) -> System | None:
+    """The system a run predicts on: `hardware` (a preset or a system file, `--hardware`) where
+    given, else the one the run says it was measured on (`gpuprof import ... --hardware`), if
+    any; running the NCCL the run measured with (its versions' nccl: gpuprof runs and
+    imported nccl-tests logs carry it) where the system names no version."""
     described = info.get("hardware")
-    return system_from_dict(described) if isinstance(described, dict) else None
+    if hardware:
+        system = load_system(hardware)
+    elif isinstance(described, dict):
+        system = system_from_dict(described)
+    else:
+        return None
+    version = nccl_version_in((info.get("versions") or {}).get("nccl"))
+    return replace(system, nccl=version) if version and not system.nccl else system
 
 
 def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str], list[Calibration]]:

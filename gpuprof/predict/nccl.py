@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from gpuprof.machine.systems import System
+from gpuprof.predict import p2p_channels as p2p
 
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOS = ("LL", "LL128", "Simple")
@@ -378,7 +379,7 @@ def point_to_point(shape: _Shape, size: float) -> Choice:
     domains at its share of the domain's NICs, both at once; latency one Simple ring step
     (base + per-hop) on the slowest link crossed. all_to_all: `size` is each rank's whole
     buffer, (n - 1) / n of it leaves; sendrecv: `size` goes to one neighbour (across nodes
-    only at a node boundary, on that rank's NIC share)."""
+    only at a node boundary, on that rank's NIC share and its channels' rate)."""
     system, n, ppn = shape.system, shape.ranks, shape.ppn
     nvlink = nvlink_total(system)
     nic_share = system.nics_per_domain * nic_bw(system) / ppn
@@ -391,7 +392,9 @@ def point_to_point(shape: _Shape, size: float) -> Choice:
         inter = size * (n - ppn) / n / (1000 * nic_share)
         time = latency + max(intra, inter)
         busbw = size / (1000 * time) * (n - 1) / n
-    else:
-        time = latency + size / (1000 * (min(nvlink, nic_share) if crosses else nvlink))
+    else:  # one peer each way; across domains at most its channels' rate (p2p_channels)
+        ring = ring_graph(system, shape.nodes)
+        cap = p2p.send_rate(system, shape.nodes, n, size, ring, nic_bw(system))
+        time = latency + size / (1000 * (min(nvlink, nic_share, cap) if crosses else nvlink))
         busbw = size / (1000 * time)
     return Choice(time, "send/recv", "Simple", busbw, latency)

@@ -22,7 +22,7 @@ import pandas as pd
 
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
-from gpuprof.machine.systems import System, load_system
+from gpuprof.machine.systems import System
 from gpuprof.predict.assumptions import assumptions, source_note
 from gpuprof.predict.calibrations import calibration_notes, measured_calibrations, run_system
 from gpuprof.predict.collectives import WhatIf, links_for
@@ -110,7 +110,7 @@ def predict(
     count; each prediction takes the nearest measured one)."""
     info = analyzed.info
     backend = str(info.get("backend") or "gloo")
-    system = load_system(request.hardware) if request.hardware else run_system(info)
+    system = run_system(info, request.hardware)
     gpus = (
         request.gpus
         or (system.gpus_per_node if system else 0)

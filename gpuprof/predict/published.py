@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from gpuprof.machine.systems import PRESETS
+from gpuprof.machine.systems import PRESETS, nccl_version_in
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus as calibration_system
 from gpuprof.predict.calibrate import calibrate, choose
@@ -50,9 +50,10 @@ def rows(path: Path = DATA) -> list[dict[str, str]]:
 
 
 def predicted(row: dict[str, str]) -> tuple[float, str]:
-    """The row's metric as the model predicts it on the row's preset (the algorithm forced
-    only where the source states it), and the algorithm/protocol it chose."""
-    system = PRESETS[row["preset"]]
+    """The row's metric as the model predicts it on the row's preset running the row's NCCL
+    version (the algorithm forced only where the source states it), and the
+    algorithm/protocol it chose."""
+    system = replace(PRESETS[row["preset"]], nccl=nccl_version_in(row["nccl_version"]))
     if row["collnet"] == "yes":
         system = replace(system, collnet=True)
     got = collective(
@@ -117,6 +118,16 @@ def _series(row: dict[str, str]) -> tuple[str, ...]:
     return (row["system"], row["preset"], row["op"], row["gpus_per_node"], row["algorithm"])
 
 
+def series_nccl(members: list[dict[str, str]], calibrating: list[int]) -> str:
+    """The NCCL version a series ran: its rows' one, else its calibration rows' one, else ""
+    (the newest rules)."""
+    found = {nccl_version_in(r["nccl_version"]) for r in members}
+    if len(found) > 1:
+        calibration = [r for r in members if int(r["nodes"]) in calibrating]
+        found = {nccl_version_in(r["nccl_version"]) for r in calibration}
+    return found.pop() if len(found) == 1 else ""
+
+
 def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[str]]:
     """Every published row of a system measured at two or more node counts, predicted from
     the system's smallest node count that crossed nodes (its rows calibrate, none is scored),
@@ -124,7 +135,7 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
     only (they crossed no network), so they are neither a calibration across nodes nor scored.
     With `scales` 2: the two smallest node counts across nodes calibrate (each row predicted
     from the nearest, as `predict --calibrate-with` does), for systems with a third to score.
-    Nothing is fitted to a scored row."""
+    The preset runs the series' NCCL version (`series_nccl`). Nothing is fitted to a scored row."""
     series: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows(path):
         series.setdefault(_series(row), []).append(row)
@@ -133,12 +144,12 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
     for key, members in series.items():
         system_name, preset, op, gpus_text, algorithm = key
         gpus = int(gpus_text)
-        system = PRESETS[preset]
-        if any(r["collnet"] == "yes" for r in members):
-            system = replace(system, collnet=True)
         counts = sorted({int(r["nodes"]) for r in members if int(r["nodes"]) > 1})
         if len(counts) < scales + 1:
             continue
+        system = replace(PRESETS[preset], nccl=series_nccl(members, counts[:scales]))
+        if any(r["collnet"] == "yes" for r in members):
+            system = replace(system, collnet=True)
         base = counts[scales - 1]
         forced = algorithm if algorithm in nccl.ALGOS else None
         if algorithm and forced is None:
