@@ -486,6 +486,22 @@ def test_a_gh200_host_copy_is_judged_against_nvlink_c2c() -> None:
 
 
 GOLDEN_H100 = ROOT / "tests" / "data" / "h100-80gb-hbm3"
+GOLDEN_H200 = ROOT / "tests" / "data" / "h200"
+
+
+def read_golden(folder: Path, tmp_path: Path) -> tuple[Any, pd.DataFrame, pd.DataFrame, list[str]]:
+    """A golden GPU run copied to `tmp_path`/0001_ci (as scripts/gpu-smoke.sh keeps it): the
+    run, its memory summary by kind, its compute summary by dtype, the telemetry findings."""
+    from gpuprof import open_run
+    from gpuprof.advice import telemetry as telemetry_advice
+    from gpuprof.analysis.summary import Analyzed, summarize_run
+
+    run_dir = tmp_path / "0001_ci"
+    shutil.copytree(folder, run_dir)
+    run = open_run(run_dir)
+    memory = summarize_run(run, "memory").set_index("kind")
+    compute = summarize_run(run, "compute").set_index("dtype")
+    return run, memory, compute, telemetry_advice.findings(Analyzed(run))
 
 
 def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None:
@@ -495,15 +511,8 @@ def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     copy near the ~3.0 TB/s (read + written) others measure of 3.35; bf16 matmuls at 70-75%
     of 989 TFLOP/s, because the telemetry shows them at the power limit (SwPowerCap, clocks
     down from 1980 MHz), which the advice says; the sampler watched the rank's own GPU."""
-    from gpuprof import open_run
-    from gpuprof.advice import telemetry as telemetry_advice
-    from gpuprof.analysis.summary import Analyzed, summarize_run
-
-    run_dir = tmp_path / "0001_ci"
-    shutil.copytree(GOLDEN_H100, run_dir)
-    run = open_run(run_dir)
+    run, memory, compute, capped = read_golden(GOLDEN_H100, tmp_path)
     assert run.info["device"] == "cuda" and run.info["backend"] == "nccl"
-    memory = summarize_run(run, "memory").set_index("kind")
     assert memory["nwrong"].sum() == 0
     assert 50 <= memory.loc["h2d_pinned", "bandwidth_gbps"] <= 60
     assert 50 <= memory.loc["d2h_pinned", "bandwidth_gbps"] <= 60
@@ -511,11 +520,9 @@ def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     assert memory.loc["d2d", "pct_of_peak"] == pytest.approx(
         100 * memory.loc["d2d", "bandwidth_gbps"] / 3350, rel=1e-3
     )
-    compute = summarize_run(run, "compute").set_index("dtype")
     assert 650 <= compute.loc["bfloat16", "tflops"] <= 800
     assert compute.loc["float8", "tflops"] > compute.loc["bfloat16", "tflops"]
     assert compute.loc["float32", "tflops"] < compute.loc["tf32", "tflops"]
-    capped = telemetry_advice.findings(Analyzed(run))
     assert len(capped) == 1 and "(compute) ran at the GPU's power limit (SwPowerCap)" in capped[0]
     done = smoke_check(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -525,9 +532,6 @@ def test_a_real_h100_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     assert not any(line.startswith(("n/a", "CHECK")) for line in lines), done.stdout
 
 
-GOLDEN_H200 = ROOT / "tests" / "data" / "h200"
-
-
 def test_a_real_h200_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None:
     """The ci suite on one H200 (141 GB HBM3e at 4.8 TB/s; torch 2.11 + CUDA 13.0, NCCL
     2.28.9), kept as the H100's: the device copy
@@ -535,24 +539,15 @@ def test_a_real_h200_run_reads_as_the_hardware_it_ran_on(tmp_path: Path) -> None
     copy), pinned copies at PCIe Gen5 x16's ~55 of 63 GB/s as on the H100, bf16 matmuls under
     the ~790 TFLOP/s of a ten-iteration benchmark because, as on the H100, the telemetry shows
     them at the power limit."""
-    from gpuprof import open_run
-    from gpuprof.advice import telemetry as telemetry_advice
-    from gpuprof.analysis.summary import Analyzed, summarize_run
-
-    run_dir = tmp_path / "0001_ci"
-    shutil.copytree(GOLDEN_H200, run_dir)
-    run = open_run(run_dir)
+    run, memory, compute, capped = read_golden(GOLDEN_H200, tmp_path)
     assert run.info["ranks"][0]["gpu_name"] == "NVIDIA H200"
-    memory = summarize_run(run, "memory").set_index("kind")
     assert memory["nwrong"].sum() == 0
     assert 50 <= memory.loc["h2d_pinned", "bandwidth_gbps"] <= 60
     assert 3900 <= memory.loc["d2d", "bandwidth_gbps"] <= 4500
     assert memory.loc["d2d", "pct_of_peak"] == pytest.approx(
         100 * memory.loc["d2d", "bandwidth_gbps"] / 4800, rel=1e-3
     )
-    compute = summarize_run(run, "compute").set_index("dtype")
     assert 600 <= compute.loc["bfloat16", "tflops"] <= 800
-    capped = telemetry_advice.findings(Analyzed(run))
     assert len(capped) == 1 and "(compute) ran at the GPU's power limit (SwPowerCap)" in capped[0]
     done = smoke_check(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -175,9 +175,9 @@ def run_ab(
         costs.add(now - began, [probe_seconds(runs[which][-1]) for which in order])
         # the next pair launches the probes still undecided, which depend on the pairs the
         # budget can reach, which depend on what the next pair costs: settled in a few turns
-        probes = None
+        basis: list[str] | None = None  # the probes the next pair is timed by (None: all)
         for _ in range(3):
-            horizon = _horizon(plan, number, costs.pair_s(probes), now - started)
+            horizon = _horizon(plan, number, costs.pair_s(basis), now - started)
             table = decide(
                 pairs,
                 min_effect=plan.min_effect,
@@ -187,9 +187,9 @@ def run_ab(
                 pass_margin=plan.pass_margin,
             )
             undecided = sorted(set(table.loc[~table["settled"], "probe"])) if len(table) else []
-            if number < plan.min_pairs or undecided == probes:
+            if number < plan.min_pairs or undecided == basis:
                 break
-            probes = undecided
+            basis = undecided
         open_cases = 0 if table.empty else int((~table["settled"]).sum())
         say(f"gpuprof: pair {number} ({' '.join(order)}): {open_cases} case(s) undecided")
         if finished(table, number, plan.min_pairs, horizon):
@@ -213,13 +213,14 @@ def run_ab(
 
 def probe_seconds(run: Run) -> dict[str, float]:
     """Each probe's measuring time in a run: its first case's start to its last case's end."""
+    have = set(run.tables())
     spans = {}
     for name, spec in registry.specs().items():
-        frames = [run.table(t) for t in spec.table_names if t in run.tables()]
-        ends = [(f["start_unix_ns"], f["end_unix_ns"]) for f in frames if "end_unix_ns" in f]
-        starts = [x for start, _ in ends for x in start if x > 0]
-        if starts:
-            spans[name] = (max(x for _, end in ends for x in end) - min(starts)) / 1e9
+        frames = [run.table(t) for t in spec.table_names if t in have]
+        timed = [f[f["start_unix_ns"] > 0] for f in frames if "end_unix_ns" in f]
+        if any(len(f) for f in timed):
+            rows = pd.concat(timed)
+            spans[name] = float(rows["end_unix_ns"].max() - rows["start_unix_ns"].min()) / 1e9
     return spans
 
 
@@ -244,7 +245,7 @@ class _Costs:
 
 def _horizon(plan: Plan, done: int, pair_s: float, spent_s: float) -> int:
     """The pairs the check can reach: `max_pairs`, or fewer where the time budget runs out
-    first (each further pair timed as the last; never fewer than `min_pairs` or than done)."""
+    first (each further pair taking `pair_s`; never fewer than `min_pairs` or than done)."""
     if plan.time_budget_s is None:
         return plan.max_pairs
     more = int(max(0.0, plan.time_budget_s - spent_s) // max(pair_s, 1e-9))
