@@ -13,6 +13,7 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.summary import summarize_run
+from gpuprof.reports.nccl_tests import _float
 from tests.conftest import Gp
 
 ROW = re.compile(
@@ -53,6 +54,13 @@ def superbench_rows(block: str, in_place: bool) -> list[tuple[int, float, float,
     return rows
 
 
+def printed_within(value: float, width: int) -> float:
+    """Half a unit of the last digit nccl-tests prints of `value` in `width` characters (2
+    decimals, fewer where they do not fit: 15643.684 us prints as 15643.7), with a margin."""
+    decimals = next((d for d in (2, 1) if len(f"{value:.{d}f}") <= width), 0)
+    return 0.6 * 10.0**-decimals
+
+
 def test_nccl_tests_layout_reads_back_with_their_parsers(two_rank_run: Path, gp: Gp) -> None:
     result = gp("show", str(two_rank_run), "--format", "nccl-tests")
     assert result.code == 0, result.err
@@ -72,8 +80,9 @@ def test_nccl_tests_layout_reads_back_with_their_parsers(two_rank_run: Path, gp:
                 measured = mine
             for size, time_us, _, busbw in rows:
                 row = measured[measured["size_bytes"] == size]
-                assert time_us == pytest.approx(float(row["time_us"].max()), abs=0.006)
-                assert busbw == pytest.approx(float(row["busbw_gbps"].min()), abs=0.006)
+                slowest, lowest = float(row["time_us"].max()), float(row["busbw_gbps"].min())
+                assert time_us == pytest.approx(slowest, abs=printed_within(slowest, 7))
+                assert busbw == pytest.approx(lowest, abs=printed_within(lowest, 6))
         lines = block.splitlines()
         data = [line for line in lines if line[:1] != "#"]
         assert data and all(ROW.match(line) for line in data), data
@@ -105,3 +114,13 @@ def test_nccl_tests_option_names_are_understood(gp: Gp, tmp_path: Path) -> None:
 
     params = registry.params_for(registry.get("collectives"), "quick", "cpu", {"dtypes": "half"})
     assert params.dtypes == ("float16",)  # type: ignore[attr-defined]
+
+
+def test_numbers_keep_nccl_tests_widths_with_fewer_decimals() -> None:
+    """getFloatStr (nccl-tests src/util.cu): 2 decimals where they fit, then 1, then none."""
+    assert _float(188.694, 7) == " 188.69"
+    assert _float(15643.684, 7) == "15643.7"
+    assert _float(1234567.4, 7) == "1234567"
+    assert _float(1295.41, 6) == "1295.4"
+    for value, width in ((188.694, 7), (15643.684, 7), (1295.41, 6), (3.14159, 6)):
+        assert abs(float(_float(value, width)) - value) <= printed_within(value, width)
