@@ -1,0 +1,45 @@
+"""The DDP prediction against published multi-node training throughput (NVIDIA's benchmark
+tables, benchmarks/results/published_ddp.tsv), held out by scale: each series calibrated by its
+one-node row, its efficiency predicted at every larger GPU count (docs/validation.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprof.machine.systems import PRESETS
+from gpuprof.predict.collectives import WhatIf
+from gpuprof.predict.ddp import predict_ddp
+from gpuprof.predict.network import SystemNetwork
+from gpuprof.predict.published_ddp import POINTS, _accum, basis, read, scored
+
+TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "published_ddp.tsv"
+ROWS = read(TABLE)
+
+
+def test_the_scored_rows_come_from_several_tables_and_never_calibrate() -> None:
+    rows = scored(ROWS)
+    assert len(rows) >= 60
+    tables = {r.series.split("[")[1].split(",")[0] for r in rows}
+    assert len(tables) >= 4, tables
+    assert all(r.gpus > 8 and r.source.startswith("https://github.com/") for r in rows)
+    # one flat all_reduce and an optimizer cannot make more GPUs faster per GPU
+    assert all(r.predicted <= 1.0 + 1e-9 for r in rows)
+
+
+def test_the_calibration_row_comes_back_as_published() -> None:
+    system = PRESETS["dgx-a100"]
+    row = next(r for r in ROWS if "DGX A100 (8x A100 80GB)" in r["system"] and r["gpus"] == "8")
+    calibrated = basis(row, system)
+    step = predict_ddp(calibrated, SystemNetwork(system), 1, 8, "nccl", WhatIf(accum=_accum(row)))
+    per_gpu = _accum(row) * float(row["batch_per_gpu"]) / (step.step_us / 1e6)
+    assert per_gpu == pytest.approx(float(row["throughput"]) / 8, rel=1e-9)
+    assert calibrated.optimizer_us > 0 and calibrated.comm_only_us > 0
+
+
+def test_the_published_figure_does_not_get_worse() -> None:
+    """docs/validation.md quotes `python benchmarks/predict_ddp_published.py`: 46 of 81."""
+    rows = scored(ROWS)
+    within = sum(abs(r.points) <= POINTS for r in rows)
+    assert within >= 46 and len(rows) == 81, (within, len(rows))
