@@ -451,3 +451,31 @@ def test_later_pairs_launch_only_undecided_probes_while_the_budget_lasts(
     ab.run_ab(ab.Side(python="ref"), ab.Side(python="cand"), plan, say=lambda _: None)
     assert [probes for _, probes in launched][:6] == [None] * 6
     assert set(map(str, [probes for _, probes in launched][6:])) == {"['ddp']"}
+
+
+def test_a_case_whose_canary_moved_is_decided_only_where_both_ways_agree() -> None:
+    """A/B: a case whose canary moved between the sides (its log ratios apart from 0) is
+    judged as measured and against its canary; claimed or passed only where both agree. The
+    design-4 false alarm on this VM (compute 0.91 after 3 pairs, its canary as slow) is then
+    undecided; a case slower than its moved canary as well as measured is still named."""
+    rng = np.random.default_rng(7)
+    pairs = 6
+    canary = 0.09 + rng.normal(0, 0.01, pairs)  # the launches of B 9% slower, case and canary
+    d = np.vstack(
+        [
+            canary + rng.normal(0, 0.01, pairs),  # the case as slow as its canary: drift
+            canary + 0.18 + rng.normal(0, 0.01, pairs),  # 1.2x slower than its canary too
+            rng.normal(0, 0.01, pairs),  # no canary, unchanged: passes
+        ]
+    )
+    table = _table(d, ["compute", "compute", "memory"]).assign(
+        c=[list(canary), list(canary), [math.nan] * pairs]
+    )
+    out = judge(table, min_effect=DELTA, alpha=ALPHA, max_pairs=20)
+    assert list(out["against"]) == ["moved", "moved", "measured"]
+    assert list(out["verdict"]) == ["undecided", "regression", "same"]
+    # more pairs may yet settle it (its canary back with its case): the check goes on
+    assert list(out["settled"]) == [False, True, True]
+    # as measured alone, the drift would have been named
+    alone = judge(table.drop(columns="c"), min_effect=DELTA, alpha=ALPHA, max_pairs=20)
+    assert alone["verdict"].iloc[0] == "regression"

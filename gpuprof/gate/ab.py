@@ -283,8 +283,9 @@ def _canary_note(table: pd.DataFrame) -> list[str]:
         )
     for rec in table[table["against"] == "moved"].to_dict("records"):
         notes.append(
-            f"{rec['case']} [{rec['metric']}]: its canary moved between the sides; judged as "
-            "measured (the sides' machines or libraries differ?)"
+            f"{rec['case']} [{rec['metric']}]: its canary moved between the sides; decided only "
+            "where as measured and against the canary agree (the sides' machines or libraries "
+            "differ?)"
         )
     return notes
 

@@ -7,7 +7,9 @@ is worse (a time that grew, a bandwidth that shrank). With n pairs:
 
 - where the case records a canary (code neither side changed, run between its iterations)
   and the sides' canaries agree, d_i minus the canary's own log ratio is judged: the launch's
-  own speed removed (`_against_canary`);
+  own speed removed (`_against_canary`); where the canaries moved apart, the case is judged
+  both as measured and against its canary, and claimed or passed only where the two agree (a
+  host whose launches drift apart then names nothing it cannot name both ways);
 - the effect is the mean of d, reported as the ratio exp(mean) in the metric's own terms;
 - its standard error is s / sqrt(n), s the spread of d moderated toward the typical spread of
   the same probe's cases in this check (the pool's median variance weighs PRIOR_PAIRS pairs,
@@ -157,37 +159,27 @@ def judge(
         return table
     effects = effects or {}
     n = table["d"].map(len).to_numpy(float)
-    d, against = _against_canary(table, alpha)
-    mean = np.array([np.mean(x) for x in d])
-    variance, df = _moderated_variance(table.assign(d=d))
-    se = np.sqrt(variance / n)
     primary = _primary(table)
     m = max(int(primary.sum()), 1)
     delta = np.log1p(np.array([effects.get(str(x), min_effect) for x in table["metric"]]))
-    margin = math.log1p(max(pass_margin, 0.0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p_worse = stats.t.sf((mean - delta) / se, df)  # H0: not worse than the minimum effect
-        p_better = stats.t.sf((-mean - delta) / se, df)
-    claimed = _holm(np.where(primary & (n >= 2), np.minimum(p_worse, p_better), 1.0), alpha)
-    t_pass = stats.t.ppf(1 - alpha, df)  # one-sided: the pass bound, each case at alpha
-    upper = mean + t_pass * se
-    verdict = np.select(
-        [n < 2, claimed & (p_worse <= p_better), claimed, upper < margin],
-        ["undecided", "regression", "improvement", "same"],
-        "undecided",
-    )
+    d, against = _against_canary(table, alpha)
+    found = _decide(table.assign(d=d), primary, delta, alpha=alpha, max_pairs=max_pairs,
+                    pass_margin=pass_margin)  # fmt: skip
+    verdict, reach = found["verdict"], found["reach"]
+    moved = against == "moved"
+    if moved.any():  # judged as measured; claimed or passed only where its canary agrees
+        apart: list[Any] = [list(np.asarray(x) - np.asarray(c)) if mv else x
+                 for x, c, mv in zip(d, table["c"], moved, strict=True)]  # fmt: skip
+        other = _decide(table.assign(d=apart), primary, delta, alpha=alpha,
+                        max_pairs=max_pairs, pass_margin=pass_margin)  # fmt: skip
+        verdict = np.where(moved & (other["verdict"] != verdict), "undecided", verdict)
+        reach = reach | (moved & other["reach"])
+    mean, variance, se, upper = found["mean"], found["variance"], found["se"], found["upper"]
+    t_pass = found["t_pass"]
     verdict = np.where(table["wrong"], "wrong", verdict)
     verdict = np.where(table["slowed_b"] & ~table["slowed_a"], "untrusted", verdict)
     verdict = np.where(primary | (verdict == "wrong") | (verdict == "untrusted"), verdict, "detail")
-    # out of reach: at max_pairs, at this spread, neither the pass bound could fall under the
-    # margin nor the claim's bound pass the minimum effect, even were the true change a
-    # standard error kinder than its mean now (judged on the mean alone, simulated checks
-    # gave up on a quarter of unchanged checks after 3-4 pairs that more pairs would pass)
-    df_max = df + (max_pairs - n)
-    se_max = np.sqrt(variance / max_pairs)
-    can_pass = mean - se + stats.t.ppf(1 - alpha, df_max) * se_max < margin
-    can_claim = np.abs(mean) + se - stats.t.ppf(1 - alpha / m, df_max) * se_max > delta
-    settled = (verdict != "undecided") | ~(can_pass | can_claim)
+    settled = (verdict != "undecided") | ~reach
     sign = np.where(table["better"] == "lower", 1.0, -1.0)
     ratio = np.exp(sign * mean)
     lo, hi = mean - t_pass * se, upper  # shown: its worse end is the pass bound
@@ -216,6 +208,54 @@ def judge(
         settled=settled,
     )
     return out
+
+
+def _decide(
+    table: pd.DataFrame,
+    primary: np.ndarray,
+    delta: np.ndarray,
+    *,
+    alpha: float,
+    max_pairs: int,
+    pass_margin: float,
+) -> dict[str, Any]:
+    """The verdict of each row on its log ratios `d` as given (regression, improvement, same
+    or undecided), the statistics it rests on, and whether more pairs could still decide it
+    (`reach`)."""
+    n = table["d"].map(len).to_numpy(float)
+    mean = np.array([np.mean(x) for x in table["d"]])
+    variance, df = _moderated_variance(table)
+    se = np.sqrt(variance / n)
+    m = max(int(primary.sum()), 1)
+    margin = math.log1p(max(pass_margin, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_worse = stats.t.sf((mean - delta) / se, df)  # H0: not worse than the minimum effect
+        p_better = stats.t.sf((-mean - delta) / se, df)
+    claimed = _holm(np.where(primary & (n >= 2), np.minimum(p_worse, p_better), 1.0), alpha)
+    t_pass = stats.t.ppf(1 - alpha, df)  # one-sided: the pass bound, each case at alpha
+    upper = mean + t_pass * se
+    verdict = np.select(
+        [n < 2, claimed & (p_worse <= p_better), claimed, upper < margin],
+        ["undecided", "regression", "improvement", "same"],
+        "undecided",
+    )
+    # out of reach: at max_pairs, at this spread, neither the pass bound could fall under the
+    # margin nor the claim's bound pass the minimum effect, even were the true change a
+    # standard error kinder than its mean now (judged on the mean alone, simulated checks
+    # gave up on a quarter of unchanged checks after 3-4 pairs that more pairs would pass)
+    df_max = df + (max_pairs - n)
+    se_max = np.sqrt(variance / max_pairs)
+    can_pass = mean - se + stats.t.ppf(1 - alpha, df_max) * se_max < margin
+    can_claim = np.abs(mean) + se - stats.t.ppf(1 - alpha / m, df_max) * se_max > delta
+    return {
+        "verdict": verdict,
+        "reach": can_pass | can_claim,
+        "mean": mean,
+        "variance": variance,
+        "se": se,
+        "upper": upper,
+        "t_pass": t_pass,
+    }
 
 
 def _primary(table: pd.DataFrame) -> np.ndarray:
@@ -247,7 +287,8 @@ def _against_canary(table: pd.DataFrame, alpha: float) -> tuple[list[Any], np.nd
     both sides measured one in every pair and the canaries agree (their own log ratios not
     significantly apart from 0, two-sided at alpha); "moved" where they do not (the canary
     runs code neither side changed, so a canary that moved means the sides' machines or
-    libraries differ: the case is judged as measured); "measured" without a canary. A
+    libraries differ, or the launches drifted: the case is judged as measured, and `judge`
+    decides it only where against its canary agrees); "measured" without a canary. A
     canary's own spread is no reason to leave it: on a busy host the compute case and its
     canary moved 10-18% from launch to launch together (correlation 0.95-0.97), and its mean
     over a few pairs strays past any fixed bound."""
