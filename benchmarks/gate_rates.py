@@ -108,8 +108,10 @@ MATMUL_PROBE = "compute"
 # 5% both ways, two CPU ranks with the collectives); 3 keeps a canary whose mean strayed past
 # the minimum effect unless it is significantly apart from 0 (2 left it for the raw values);
 # 4 starts a one-rank launch without torchrun (2-4 s less a launch) and times a pair by the
-# probes it launches, so more pairs of the undecided probes fit in the budget
-AB_DESIGN = 4
+# probes it launches, so more pairs of the undecided probes fit in the budget; 5 judges DDP's
+# samples/s on CPU against a canary (a numpy matmul and copy after each step) and decides a
+# case whose canary moved apart only where as measured and against its canary agree
+AB_DESIGN = 5
 AFFECTED, UNAFFECTED = 1.15, 1.05  # pooled slowdowns: what a check must name, and must not
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.analysis.measured import measure_run
 from gpuprof.probes import _timing
 from gpuprof.probes._harness import Budget, iterations_for
 from gpuprof.runs.store import open_run
@@ -13,7 +14,10 @@ from tests.conftest import TINY_DDP, Gp
 
 
 @pytest.mark.gloo("ddp")
-def test_ddp_probe_two_ranks(tmp_path: Path, gp: Gp) -> None:
+def test_ddp_probe_two_ranks(tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the canary of one variant 3x slower by the fault hook: the hook reaches a DDP round's
+    # canary as `canary/ddp/<variant>`, timed apart from the steps
+    monkeypatch.setenv(_timing.SLOW_ENV, "3:canary/ddp/accum=4")
     result = gp(
         "run",
         "ddp",
@@ -50,6 +54,13 @@ def test_ddp_probe_two_ranks(tmp_path: Path, gp: Gp) -> None:
     ):
         assert frame[column].notna().all(), column
     assert set(frame["case_id"]) == {"default", "accum=4", "bucket=1"}
+    # on CPU every round runs the canary, and the check judges samples/s against it
+    assert (frame["canary_per_s"] > 0).all()
+    canary = frame.groupby("case_id")["canary_per_s"].median()
+    assert canary["accum=4"] < 0.6 * canary["default"]
+    values = measure_run(run).values
+    ddp = values[(values["probe"] == "ddp") & (values["metric"] == "samples_per_s")]
+    assert len(ddp) >= 4 and (ddp["canary"] > 0).all()
     assert set(zip(frame["scope"], frame["world_size"], strict=True)) == {
         ("single", 1),
         ("global", 2),

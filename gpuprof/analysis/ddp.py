@@ -98,6 +98,8 @@ def summarize_ddp(frame: pd.DataFrame) -> pd.DataFrame:
     out = first.join(med.rename(columns={"time_us": "rank_step_us"}))
     out["step_us"] = step
     out["num_iterations"] = groups["iteration"].nunique()
+    if "canary_per_s" in rows:  # CPU: the canary after each round's DDP step (its runs/s)
+        out["canary"] = groups["canary_per_s"].median()
     parts = rows[COMPONENTS].sum(axis=1, min_count=len(COMPONENTS))
     out["sum_pct"] = (100 * parts / rows["time_us"]).groupby([rows[k] for k in KEYS]).median()
     out["exposed_pct"] = 100 * out["exposed_comm_us"] / out["rank_step_us"]

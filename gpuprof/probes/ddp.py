@@ -15,7 +15,10 @@ is a round of four measurements, alternated so drift on a shared machine hits th
    back to back.
 
 Times are wall clock (`perf_counter_ns`), with the device synchronised at each phase edge on
-GPU. The twin model doubles the memory the case needs.
+GPU. The twin model doubles the memory the case needs. On CPU each round also runs a canary
+right after its DDP step (`gpuprof.probes._canary.StepCanary`: a numpy matmul and copy, code
+neither side of a check changes): the core's own speed in that moment, which a regression
+check judges samples/s against (the `canary_per_s` column).
 
     torchrun --nproc-per-node 8 -m gpuprof.probes.ddp --model-params 350M
 """
@@ -23,6 +26,7 @@ GPU. The twin model doubles the memory the case needs.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +37,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from gpuprof.probes._canary import StepCanary
 from gpuprof.probes._entry import run_as_command
 from gpuprof.probes._harness import (
     Context,
@@ -41,11 +46,16 @@ from gpuprof.probes._harness import (
     Unsupported,
 )
 from gpuprof.probes._model import build, forward_loss, samples
+from gpuprof.probes._timing import slowdown_for
 from gpuprof.probes._training import replay, run_weak_scaling, synced_clock
 from gpuprof.specs.ddp import DDPParams, ddp_case_bytes, parse_variant
 from gpuprof.specs.sharded import what_fits
 
 PROBE = "ddp"
+# the canary three times right after each round's DDP step (about 0.6 ms each on one core of
+# this VM, beside a ci step of 25-35 ms); a 512^3 matmul once a round, after the no-op step,
+# did not follow the step
+CANARY_RUNS = 3
 LOGGING_FIELDS = {  # DDP logging data (ns) -> our column (us)
     "forward_compute_time": "log_forward_us",
     "backward_compute_time": "log_backward_compute_us",
@@ -146,6 +156,10 @@ class DDPBench:
             self.info["samples_per_step"] = samples(self.inputs[0]) * self.accum
         self.comm_buffers: list[torch.Tensor] | None = None
         self.last_iteration = -1
+        # the core's own speed in each round, on CPU (on GPU the step is the device's); timed
+        # by the real clock: the fault hook reaches it as `canary/ddp/<variant>`, not `ddp/*`
+        self.canary = StepCanary() if ctx.device.type == "cpu" else None
+        self.canary_factor = slowdown_for("canary", f"{PROBE}/{variant}")
         if self.settings["static_graph"]:
             # static_graph records the graph in the first iteration, which must synchronise
             # (a first micro-batch under no_sync trips an internal assert in the reducer)
@@ -229,14 +243,26 @@ class DDPBench:
             ],
         )
 
+    def run_canary(self) -> float | None:
+        """The canary's rate right after a DDP step (CPU only): the median of CANARY_RUNS."""
+        if self.canary is None:
+            return None
+        took = []
+        for _ in range(CANARY_RUNS):
+            start = time.perf_counter_ns()
+            self.canary.run()
+            took.append((time.perf_counter_ns() - start) * self.canary_factor / 1e3)
+        return self.canary.value(took)
+
     def timed(self, iters: int) -> tuple[list[float], Series]:
-        """`iters` rounds (DDP step, no_sync step, noop step, comm only) and one more DDP
+        """`iters` rounds (DDP step, canary, no_sync step, noop step, comm only) and one more DDP
         step, whose start makes DDP record the statistics of the last round's step."""
         times: list[float] = []
         series: Series = defaultdict(list)
         previous: dict[str, float] | None = None
         for i in range(iters + 1):
             main = self.step(self.model, self.opt, sync=True)
+            canary = self.run_canary() if i < iters else None
             logged = self.logged()
             if previous is not None:
                 times.append(previous.pop("step_us"))
@@ -247,6 +273,8 @@ class DDPBench:
             previous = dict(main)
             previous["nosync_step_us"] = self.step(self.model, self.opt, sync=False)["step_us"]
             previous["noop_step_us"] = self.step(self.twin, self.twin_opt, sync=True)["step_us"]
+            if canary is not None:
+                previous["canary_per_s"] = canary
             previous["comm_only_us"] = self.comm_only()
         return times, dict(series)
 

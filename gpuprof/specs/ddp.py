@@ -350,7 +350,12 @@ SPEC = ProbeSpec(
     advice="gpuprof.advice.ddp:findings",
     metrics=(
         # samples/s alone: the step time is the same number inverted
-        Metric(column="samples_per_s", better="higher", keys=_KEYS),
+        Metric(
+            column="samples_per_s",
+            better="higher",
+            keys=_KEYS,
+            canary="the core's speed (on CPU, a numpy matmul and copy right after each DDP step)",
+        ),
         Metric(column="forward_us", better="lower", keys=_KEYS, primary=False),
         Metric(column="backward_compute_us", better="lower", keys=_KEYS, primary=False),
         Metric(column="optimizer_us", better="lower", keys=_KEYS, primary=False),
