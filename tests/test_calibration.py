@@ -40,8 +40,14 @@ def test_what_was_measured_carries_over_and_only_the_shape_is_modelled(op: str) 
         for size in (8, 64 << 10, 32 << 20, 4 << 30):
             model = nccl.collective(H100, op, nodes * 8, float(size))
             got = predict(H100, found, nodes, 8, float(size))
-            want = 1.8 * model.latency_us + 1.4 * (model.time_us - model.latency_us)
+            # the transfer factor where the limit measured binds (a send bound by its NIC at 2
+            # nodes, by its channels' rate at 16 and more: there the preset's)
+            same = found.bound(size) == model.bound
+            want = 1.8 * model.latency_us + (1.4 if same else 1.0) * (
+                model.time_us - model.latency_us
+            )
             assert got.time_us == pytest.approx(want, rel=1e-6), (nodes, size)
+            assert same or "transfer preset (channels-bound here)" in got.terms
             assert not got.measured and got.choice.algorithm == model.algorithm
 
 
@@ -133,8 +139,8 @@ def test_at_gpus_gives_part_of_a_node_its_share_of_nics() -> None:
 
 
 # Held out by scale (docs/validation.md; `python benchmarks/predict_published.py` prints every
-# row). Measured at this commit: 201 of 255 rows within 15% (small 54/67, mid 48/71, large
-# 99/117), median error 8.3%; the preset alone on the same rows 140 of 255 (median 11%).
+# row). Measured at this commit: 219 of 255 rows within 15% (small 55/67, mid 59/71, large
+# 105/117), median error 6.0%; the preset alone on the same rows 140 of 255 (median 11%).
 def test_held_out_by_scale_calibration_rows_never_scored() -> None:
     scored, left = held_out()
     assert len(scored) >= 250 and len({h.row["system"] for h in scored}) >= 6
@@ -143,12 +149,12 @@ def test_held_out_by_scale_calibration_rows_never_scored() -> None:
     assert all("not in the model" in why or "cannot calibrate" in why for why in left)
     within = {name: [abs(h.error) <= 0.15 for h in scored if h.size_class == name]
               for name, _, _ in SIZE_CLASSES}  # fmt: skip
-    assert sum(within["small (< 1 MiB)"]) >= 54 and sum(within["large (>= 256 MiB)"]) >= 99
-    assert sum(within["mid (1-256 MiB)"]) >= 48
+    assert sum(within["small (< 1 MiB)"]) >= 55 and sum(within["large (>= 256 MiB)"]) >= 105
+    assert sum(within["mid (1-256 MiB)"]) >= 59
     calibrated = sum(abs(h.error) <= 0.15 for h in scored)
     preset = sum(abs(h.preset_error) <= 0.15 for h in scored)
-    assert calibrated >= 201 and preset <= 140 and calibrated > 1.4 * preset
-    assert statistics.median(abs(h.error) for h in scored) <= 0.09
+    assert calibrated >= 219 and preset <= 140 and calibrated > 1.5 * preset
+    assert statistics.median(abs(h.error) for h in scored) <= 0.065
 
 
 def test_the_calibrated_band_is_the_held_out_error() -> None:
@@ -161,8 +167,8 @@ def test_the_calibrated_band_is_the_held_out_error() -> None:
 
 def test_held_out_from_the_two_smallest_node_counts() -> None:
     """`predict --calibrate-with`: two measured scales, each row from the nearest. Measured:
-    132 of 151 rows within 15% (4 systems with a third node count); the same rows from the
-    smallest scale alone: 118."""
+    139 of 151 rows within 15% (4 systems with a third node count); the same rows from the
+    smallest scale alone: 136."""
     two, _ = held_out(scales=2)
     one = {(h.row["system"], h.row["op"], h.row["algorithm"], h.row["nodes"], h.row["size_bytes"]):
            h for h in held_out()[0]}  # fmt: skip
@@ -174,4 +180,4 @@ def test_held_out_from_the_two_smallest_node_counts() -> None:
                  h.row["size_bytes"])].error) <= 0.15
         for h in two
     )  # fmt: skip
-    assert within >= 132 and within >= alone
+    assert within >= 139 and within >= alone

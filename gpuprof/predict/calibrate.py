@@ -87,6 +87,8 @@ class Calibration:
     knots: tuple[tuple[float, float], ...]  # (log2 size, bandwidth factor), by size
     origin: str  # what measured it, for the notes
     algorithm: str | None = None  # forced (NCCL_ALGO) where the measurement forced it
+    # (log2 size, what bound the model's transfer there: nccl.Choice.bound), by size
+    bounds: tuple[tuple[float, str], ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -95,6 +97,13 @@ class Calibration:
     def factor(self, size: float) -> float | None:
         """The bandwidth factor at `size` (None: no size measured the bandwidth)."""
         return _interpolate(self.knots, size)
+
+    def bound(self, size: float) -> str | None:
+        """What bound the transfer at the measured size nearest `size` (None: none measured)."""
+        if not self.bounds:
+            return None
+        where = math.log2(max(size, 1.0))
+        return min(self.bounds, key=lambda b: abs(b[0] - where))[1]
 
     def terms(self) -> str:
         """Which terms the measurement gives, for the tables' `terms` column."""
@@ -123,13 +132,14 @@ def calibrate(
     points = sorted((int(s), float(t)) for s, t in points if s > 0 and t > 0)
     if not points or nodes * gpus < 2:
         return None
-    parts = []
+    parts, bounds = [], []
     for size, time in points:
         try:
             choice = nccl.collective(target, op, nodes * gpus, size, algorithm)
         except ValueError:  # the model has no such algorithm at this shape
             return None
         parts.append((size, time, choice.latency_us, choice.time_us - choice.latency_us))
+        bounds.append((math.log2(size), choice.bound))
     bound = [p for p in parts if p[2] > 0 and p[3] <= LATENCY_BOUND * p[2]]
     scale: float | None = None
     knots: tuple[tuple[float, float], ...] = ()
@@ -142,7 +152,7 @@ def calibrate(
         knots = tuple(
             (math.log2(size), max((time - (scale or 1.0) * lat) / transfer, MIN_FACTOR))
             for size, time, lat, transfer in parts
-            if transfer >= LATENCY_BOUND * lat and transfer > 0
+            if _measures_transfer((size, time, lat, transfer))
         )
     return Calibration(
         op=op,
@@ -154,7 +164,14 @@ def calibrate(
         knots=knots,
         origin=origin,
         algorithm=algorithm,
+        bounds=tuple(b for b, p in zip(bounds, parts, strict=True) if _measures_transfer(p)),
     )
+
+
+def _measures_transfer(part: tuple[int, float, float, float]) -> bool:
+    """Whether a measured size's transfer is long enough to measure the bandwidth."""
+    _, _, lat, transfer = part
+    return transfer >= LATENCY_BOUND * lat and transfer > 0
 
 
 @dataclass(frozen=True)
@@ -183,9 +200,19 @@ def predict(
             if measured_size == size:
                 return Calibrated(choice, time, factor / time, True, "as measured")
     lat = (calibration.latency_scale or 1.0) * choice.latency_us
-    transfer = (calibration.factor(size) or 1.0) * (choice.time_us - choice.latency_us)
-    time = lat + transfer
-    return Calibrated(choice, time, factor / time, False, calibration.terms())
+    terms = calibration.terms()
+    bw = calibration.factor(size) or 1.0
+    measured_bound = calibration.bound(size)
+    if measured_bound is not None and measured_bound != choice.bound:
+        # another limit binds here than where it was measured (a send across nodes bound by
+        # its channels' rate, measured bound by its NIC): the measurement says nothing of it
+        bw, terms = (
+            1.0,
+            terms.split(", transfer")[0]
+            + f", transfer preset ({choice.bound or 'links'}-bound here)",
+        )
+    time = lat + bw * (choice.time_us - choice.latency_us)
+    return Calibrated(choice, time, factor / time, False, terms)
 
 
 def choose(

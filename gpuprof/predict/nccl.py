@@ -119,6 +119,7 @@ class Choice:
     protocol: str
     busbw_gbps: float
     latency_us: float = 0.0  # of time_us: the algorithm's latency (the rest moves the bytes)
+    bound: str = ""  # what bounds a send across domains: "channels" (its channels' rate) or ""
 
 
 def nvlink_total(system: System) -> float:
@@ -165,8 +166,8 @@ def ring_graph(system: System, nodes: int) -> Graph:
 
 
 def tree_graph(system: System, nodes: int) -> Graph:
-    """The tree's channels: the ring's; on two domains the inside bandwidth may reach twice
-    the network's (half of a tree's traffic stays inside the node)."""
+    """The ring's channels; on two domains inside at up to twice the network's rate (half of
+    a tree's traffic stays inside the node)."""
     ring = ring_graph(system, nodes)
     if nodes == 2:
         intra = min(2 * ring.bw_inter, nvlink_total(system) / ring.channels)
@@ -180,8 +181,7 @@ def nvls_graph(system: System, nodes: int, ppn: int) -> Graph | None:
     each head goes through a NIC. None without NVLink SHARP."""
     if not system.nvls or ppn < 2:
         return None
-    heads = min(ppn, NVLS_MAX_HEADS)
-    total = nvlink_total(system)
+    heads, total = min(ppn, NVLS_MAX_HEADS), nvlink_total(system)
     intra = next((s for s in INTRA_SPEEDS[system.arch] if (heads + 1) * s <= total), 0.0)
     if not intra:
         return None
@@ -387,14 +387,14 @@ def point_to_point(shape: _Shape, size: float) -> Choice:
     latency = BASE_LAT["ring"][2] + HW_LAT["net" if crosses else "nvlink"]["ring"][2]
     latency += system.net_latency_us if crosses else 0.0
     latency = max(latency, system.floor_us)
-    if shape.op == "all_to_all":
+    if shape.op == "all_to_all":  # each rank's whole buffer, (n - 1) / n of it leaving
         intra = size * (ppn - 1) / n / (1000 * nvlink)
         inter = size * (n - ppn) / n / (1000 * nic_share)
         time = latency + max(intra, inter)
-        busbw = size / (1000 * time) * (n - 1) / n
-    else:  # one peer each way; across domains at most its channels' rate (p2p_channels)
-        ring = ring_graph(system, shape.nodes)
-        cap = p2p.send_rate(system, shape.nodes, n, size, ring, nic_bw(system))
-        time = latency + size / (1000 * (min(nvlink, nic_share, cap) if crosses else nvlink))
-        busbw = size / (1000 * time)
-    return Choice(time, "send/recv", "Simple", busbw, latency)
+        return Choice(time, "send/recv", "Simple", size / (1000 * time) * (n - 1) / n, latency)
+    # one peer each way; across domains at most its channels' rate (p2p_channels)
+    ring = ring_graph(system, shape.nodes)
+    cap = p2p.send_rate(system, shape.nodes, n, size, ring, nic_bw(system))
+    time = latency + size / (1000 * (min(nvlink, nic_share, cap) if crosses else nvlink))
+    bound = "channels" if crosses and cap < min(nvlink, nic_share) else ""
+    return Choice(time, "send/recv", "Simple", size / (1000 * time), latency, bound)
