@@ -31,8 +31,9 @@ def main() -> None:
             f"{r.gpus:>5} {r.accum:>4} {r.published:9.3f} {r.predicted:9.3f} {r.points:+7.1f}"
             f"  {r.series[:110]}"
         )
-        table = r.series.split("[")[-1].split(",")[0] if "[" in r.series else r.series
-        by_source[table].append(r.points)
+        model = r.series.split(" | ")[1]
+        table = model.split("[")[-1].split(",")[0].rstrip("]")
+        by_source[f"{model.split()[0]}, {table}"].append(r.points)
     print()
     for table, points in by_source.items():
         within = sum(abs(p) <= POINTS for p in points)

@@ -39,7 +39,7 @@ def test_the_calibration_row_comes_back_as_published() -> None:
 
 
 def test_the_published_figure_does_not_get_worse() -> None:
-    """docs/validation.md quotes `python benchmarks/predict_ddp_published.py`: 46 of 81."""
+    """docs/validation.md quotes `python benchmarks/predict_ddp_published.py`: 40 of 73."""
     rows = scored(ROWS)
     within = sum(abs(r.points) <= POINTS for r in rows)
-    assert within >= 46 and len(rows) == 81, (within, len(rows))
+    assert within >= 40 and len(rows) == 73, (within, len(rows))

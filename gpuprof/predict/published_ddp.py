@@ -69,9 +69,11 @@ def _system(row: dict[str, str]) -> System | None:
     return replace(PRESETS[name], gpu=f"NVIDIA {row['gpu']}")
 
 
-def _accum(row: dict[str, str]) -> int:
+def _accum(row: dict[str, str]) -> int | None:
+    """The accumulation the table prints (None: not printed, e.g. BART's tables, whose
+    defaults hold the global batch: not 1, and not known)."""
     text = row["accum_steps"].strip()
-    return 1 if text in ("", "NA") else int(float(text))
+    return None if text in ("", "NA") else int(float(text))
 
 
 def _series(row: dict[str, str]) -> str:
@@ -86,7 +88,7 @@ def basis(row: dict[str, str], system: System) -> DDPBasis:
     half = re.search(r"FP16|BF16|AMP", row["precision"]) is not None
     grad = 2 if half else 4
     gpus = int(row["gpus"])
-    accum, batch = _accum(row), float(row["batch_per_gpu"])
+    accum, batch = _accum(row) or 1, float(row["batch_per_gpu"])
     step_us = accum * batch / (float(row["throughput"]) / gpus) * 1e6
     peaks = gpu_peaks(system.gpu)
     memory = (peaks.memory_gbps if peaks else None) or 0.0
@@ -115,7 +117,7 @@ def basis(row: dict[str, str], system: System) -> DDPBasis:
 
 def scored(rows: Iterable[dict[str, str]]) -> list[Scored]:
     """Every row at more GPUs than its series' one-node row, on the systems NCCL's model
-    has, predicted from that one row."""
+    has, predicted from that one row; series whose accumulation is not printed are left out."""
     series: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         series.setdefault(_series(row), []).append(row)
@@ -128,7 +130,7 @@ def scored(rows: Iterable[dict[str, str]]) -> list[Scored]:
         by_gpus: dict[int, dict[str, str]] = {}
         for row in members:  # a series' first row at a GPU count (tables repeat the base)
             by_gpus.setdefault(int(row["gpus"]), row)
-        if per_node not in by_gpus:
+        if per_node not in by_gpus or any(_accum(row) is None for row in by_gpus.values()):
             continue
         base = by_gpus[per_node]
         calibrated = basis(base, system)
@@ -137,7 +139,7 @@ def scored(rows: Iterable[dict[str, str]]) -> list[Scored]:
         for gpus, row in sorted(by_gpus.items()):
             if gpus <= per_node or gpus % per_node:
                 continue
-            accum = _accum(row)
+            accum = _accum(row) or 1
             step = predict_ddp(
                 calibrated, net, gpus // per_node, per_node, "nccl", WhatIf(accum=accum)
             )
