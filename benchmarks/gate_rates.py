@@ -110,8 +110,9 @@ MATMUL_PROBE = "compute"
 # 4 starts a one-rank launch without torchrun (2-4 s less a launch) and times a pair by the
 # probes it launches, so more pairs of the undecided probes fit in the budget; 5 judges DDP's
 # samples/s on CPU against a canary (a numpy matmul and copy after each step) and decides a
-# case whose canary moved apart only where as measured and against its canary agree
-AB_DESIGN = 5
+# case whose canary moved apart only where as measured and against its canary agree; 6 calls a
+# canary moved at 1%, not at alpha (5%: chance alone marked 7 of 149 case-checks in design 5)
+AB_DESIGN = 6
 AFFECTED, UNAFFECTED = 1.15, 1.05  # pooled slowdowns: what a check must name, and must not
 
 
