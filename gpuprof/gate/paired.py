@@ -53,7 +53,7 @@ MIN_POOL = 2  # cases a typical spread is taken from
 # a canary has moved between the sides when its own log ratios are this far from 0 (two-sided
 # t-test): a real difference (another numpy, another machine) is large and consistent and shows
 # at this level within 3 pairs; at 0.05, chance alone marked 7 of 149 case-checks of unchanged
-# canaries here (design 5), each then judged the stricter way and some left undecided
+# canaries here (designs 4 and 5), each then judged the stricter way, some left undecided
 MOVED_ALPHA = 0.01
 KEYS = ["probe", "metric", "key"]
 
