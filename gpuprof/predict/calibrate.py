@@ -105,9 +105,12 @@ class Calibration:
         where = math.log2(max(size, 1.0))
         return min(self.bounds, key=lambda b: abs(b[0] - where))[1]
 
-    def terms(self) -> str:
-        """Which terms the measurement gives, for the tables' `terms` column."""
+    def terms(self, transfer_preset: str = "") -> str:
+        """Which terms the measurement gives, for the tables' `terms` column; where the
+        transfer comes from the preset at a size, `transfer_preset` says why."""
         lat = f"latency x{self.latency_scale:.2f}" if self.latency_scale else "latency preset"
+        if transfer_preset:
+            return f"{lat}, transfer preset ({transfer_preset})"
         if not self.knots:
             return f"{lat}, bandwidth preset"
         factors = [k[1] for k in self.knots]
@@ -200,17 +203,12 @@ def predict(
             if measured_size == size:
                 return Calibrated(choice, time, factor / time, True, "as measured")
     lat = (calibration.latency_scale or 1.0) * choice.latency_us
-    terms = calibration.terms()
-    bw = calibration.factor(size) or 1.0
+    bw, terms = calibration.factor(size) or 1.0, calibration.terms()
     measured_bound = calibration.bound(size)
     if measured_bound is not None and measured_bound != choice.bound:
         # another limit binds here than where it was measured (a send across nodes bound by
         # its channels' rate, measured bound by its NIC): the measurement says nothing of it
-        bw, terms = (
-            1.0,
-            terms.split(", transfer")[0]
-            + f", transfer preset ({choice.bound or 'links'}-bound here)",
-        )
+        bw, terms = 1.0, calibration.terms(f"{choice.bound or 'links'}-bound here")
     time = lat + bw * (choice.time_us - choice.latency_us)
     return Calibrated(choice, time, factor / time, False, terms)
 

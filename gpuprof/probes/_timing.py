@@ -121,10 +121,16 @@ def time_interleaved(
         start = clock_ns()
         op()
         times.append((clock_ns() - start) / 1e3)
-        start = time.perf_counter_ns()
-        between()
-        between_times.append((time.perf_counter_ns() - start) * between_factor / 1e3)
+        between_times.append(time_canary(between, between_factor))
     return times, between_times
+
+
+def time_canary(run: Callable[[], None], factor: float = 1.0) -> float:
+    """One run of a canary in us, by the real clock times `factor` (the fault hook's factor
+    for it: `slowdown_for("canary", ...)`)."""
+    start = time.perf_counter_ns()
+    run()
+    return (time.perf_counter_ns() - start) * factor / 1e3
 
 
 def time_iterations(device: torch.device, op: Callable[[], None], iters: int) -> list[float]:

@@ -26,7 +26,6 @@ check judges samples/s against (the `canary_per_s` column).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,7 +45,7 @@ from gpuprof.probes._harness import (
     Unsupported,
 )
 from gpuprof.probes._model import build, forward_loss, samples
-from gpuprof.probes._timing import slowdown_for
+from gpuprof.probes._timing import slowdown_for, time_canary
 from gpuprof.probes._training import replay, run_weak_scaling, synced_clock
 from gpuprof.specs.ddp import DDPParams, ddp_case_bytes, parse_variant
 from gpuprof.specs.sharded import what_fits
@@ -247,11 +246,7 @@ class DDPBench:
         """The canary's rate right after a DDP step (CPU only): the median of CANARY_RUNS."""
         if self.canary is None:
             return None
-        took = []
-        for _ in range(CANARY_RUNS):
-            start = time.perf_counter_ns()
-            self.canary.run()
-            took.append((time.perf_counter_ns() - start) * self.canary_factor / 1e3)
+        took = [time_canary(self.canary.run, self.canary_factor) for _ in range(CANARY_RUNS)]
         return self.canary.value(took)
 
     def timed(self, iters: int) -> tuple[list[float], Series]:
