@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,51 @@ def telemetry(run_dir: Path, nodes: int, start_ns: int, seconds: float, hz: floa
     return rows
 
 
+def write_run(src: Path, run_dir: Path, ranks: int, hz: float, seconds: float | None) -> str:
+    """The large run written from the records of `src`: what it holds, as a line."""
+    nodes = ranks // GPUS
+    shutil.rmtree(run_dir, ignore_errors=True)
+    (run_dir / "ranks").mkdir(parents=True)
+    small = SweepPlan.from_dict(read_json(src / "plan.json"))
+    plan = replace(small, num_nodes=nodes, gpus_per_node=GPUS)
+    write_json_atomic(run_dir / "plan.json", plan.to_dict())
+    info = read_json(src / "run.json")
+    node0, rank0 = info["nodes"][0], info["ranks"][0]
+    info.update(
+        num_nodes=nodes, gpus_per_node=GPUS, world_size=ranks, status="running",
+        nodes=[{**node0, "node_rank": k, "host": host(k)} for k in range(nodes)],
+        ranks=[{**rank0, "rank": r, "local_rank": r % GPUS, "node_rank": r // GPUS,
+                "host": host(r // GPUS)} for r in range(ranks)],
+    )  # fmt: skip
+    for stale in ("tables", "took_s", "estimated_s", "finished_utc"):
+        info.pop(stale, None)
+    write_json_atomic(run_dir / "run.json", info)
+    start = time.perf_counter()
+    records = layout(plan, templates(src))
+    count = 0
+    for rank in range(ranks):
+        writer = ShardWriter(shard_path(run_dir, rank))
+        for rec in records.get(rank, []):
+            writer.write(rec)
+        writer.sync()
+        count += len(records.get(rank, []))
+    wrote_s = time.perf_counter() - start
+    iterations = sum(len(r.get("times_us", [])) for rs in records.values() for r in rs)
+    del records
+    cuda_quick = build_plan((), {}, nodes=nodes, gpus=GPUS, suite="quick", device="cuda")
+    seconds = seconds or estimated_seconds(cuda_quick)
+    first = min(
+        r["start_unix_ns"] for r in read_jsonl(shard_path(run_dir, 0)) if "start_unix_ns" in r
+    )
+    samples = telemetry(run_dir, nodes, first, seconds, hz)
+    shard_mb = sum(p.stat().st_size for p in (run_dir / "ranks").iterdir()) / 1e6
+    tel_mb = sum(p.stat().st_size for p in (run_dir / "telemetry").iterdir()) / 1e6
+    return (f"{ranks} ranks ({nodes} nodes x {GPUS}): {count:,} case records, "
+            f"{iterations:,} iterations ({shard_mb:,.0f} MB of shards, written in "
+            f"{wrote_s:.1f} s); telemetry {samples:,} samples ({tel_mb:,.0f} MB: "
+            f"{seconds:.0f} s at {hz:g} Hz)")  # fmt: skip
+
+
 def timed(label: str, argv: list[str], results: dict[str, float]) -> str:
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -187,7 +234,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.ranks % GPUS:
         raise SystemExit(f"--ranks must be a multiple of {GPUS}")
-    nodes = args.ranks // GPUS
     py = [sys.executable, "-m", "gpuprof"]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -195,48 +241,15 @@ def main() -> None:
             sweep = [*py, "sweep", "--gpus", "2", "--device", "cpu", "--no-report"]
             subprocess.run([*sweep, "--out", str(out / "src")], check=True, capture_output=True)
             args.run = next((out / "src").iterdir())
-        src = Path(args.run)
         run_dir = (args.keep or out / "big") / "0001_scale"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        (run_dir / "ranks").mkdir(parents=True)
-        small = SweepPlan.from_dict(read_json(src / "plan.json"))
-        plan = replace(small, num_nodes=nodes, gpus_per_node=GPUS)
-        write_json_atomic(run_dir / "plan.json", plan.to_dict())
-        info = read_json(src / "run.json")
-        node0, rank0 = info["nodes"][0], info["ranks"][0]
-        info.update(
-            num_nodes=nodes, gpus_per_node=GPUS, world_size=args.ranks, status="running",
-            nodes=[{**node0, "node_rank": k, "host": host(k)} for k in range(nodes)],
-            ranks=[{**rank0, "rank": r, "local_rank": r % GPUS, "node_rank": r // GPUS,
-                    "host": host(r // GPUS)} for r in range(args.ranks)],
-        )  # fmt: skip
-        for stale in ("tables", "took_s", "estimated_s", "finished_utc"):
-            info.pop(stale, None)
-        write_json_atomic(run_dir / "run.json", info)
-        start = time.perf_counter()
-        records = layout(plan, templates(src))
-        count = 0
-        for rank in range(args.ranks):
-            writer = ShardWriter(shard_path(run_dir, rank))
-            for rec in records.get(rank, []):
-                writer.write(rec)
-            writer.sync()
-            count += len(records.get(rank, []))
-        wrote_s = time.perf_counter() - start
-        iterations = sum(len(r.get("times_us", [])) for rs in records.values() for r in rs)
-        del records
-        cuda_quick = build_plan((), {}, nodes=nodes, gpus=GPUS, suite="quick", device="cuda")
-        seconds = args.seconds or estimated_seconds(cuda_quick)
-        first = min(
-            r["start_unix_ns"] for r in read_jsonl(shard_path(run_dir, 0)) if "start_unix_ns" in r
-        )
-        samples = telemetry(run_dir, nodes, first, seconds, args.hz)
-        shard_mb = sum(p.stat().st_size for p in (run_dir / "ranks").iterdir()) / 1e6
-        tel_mb = sum(p.stat().st_size for p in (run_dir / "telemetry").iterdir()) / 1e6
-        print(f"{args.ranks} ranks ({nodes} nodes x {GPUS}): {count:,} case records, "
-              f"{iterations:,} iterations ({shard_mb:,.0f} MB of shards, written in "
-              f"{wrote_s:.1f} s); telemetry {samples:,} samples ({tel_mb:,.0f} MB: "
-              f"{seconds:.0f} s at {args.hz:g} Hz)", flush=True)  # fmt: skip
+        # written by another process, which then exits: the gigabytes of a large job's records
+        # (which Python keeps after they are dropped) are not held here while the commands
+        # that follow are timed, as a sweep's launcher holds none of them
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+            made = pool.submit(write_run, Path(args.run), run_dir, args.ranks, args.hz,
+                               args.seconds)  # fmt: skip
+            print(made.result(), flush=True)
         # a real sweep writes its shards over its whole run (minutes at 1,024 ranks: the
         # kernel has flushed them by its end); written here in seconds, they would still be
         # flushing to disk while the end is timed, on the same cores

@@ -20,8 +20,8 @@ from gpuprof.analysis.measured import (
     SAMPLE_SLOTS,
     VALUE_COLUMNS,
     Measured,
-    _with_slots,
     case_key,
+    sample_slots,
 )
 from gpuprof.errors import UsageError
 from gpuprof.gate import verdicts
@@ -275,7 +275,7 @@ def test_sample_slots_spread_evenly() -> None:
             "iteration": list(range(100)) + list(range(5)),
         }
     )
-    slots = _with_slots(frame, 20)
+    slots = frame.assign(_slot=sample_slots(frame, 20))
     a = slots[(slots["case_id"] == "a") & (slots["_slot"] >= 0)]
     assert sorted(a["_slot"]) == list(range(20))
     assert a["iteration"].iloc[0] == 0 and a["iteration"].iloc[-1] == 99

@@ -157,6 +157,12 @@ def test_the_tables_a_sweep_hands_its_report_are_those_a_reader_gets(
     lost = kept["collectives"][lambda f: f["rank"] == 1]
     assert Run(run_dir, {"collectives": lost}).table("collectives") is lost
     assert "collectives: 1 case(s) lack some rank's rows" in capsys.readouterr().err
+    # the kept numbers lie on the tables' own memory (no copy): still a frame a reader may set
+    # values in ("assignment destination is read-only" otherwise), the file as written
+    frame = kept["collectives"]
+    frame.loc[frame.index[0], ["rank", "time_us"]] = [7, -1.0]
+    assert (frame["rank"].iloc[0], frame["time_us"].iloc[0]) == (7, -1.0)
+    assert open_run(run_dir).table("collectives")["time_us"].iloc[0] != -1.0
 
 
 def _write_mixed_run(out: Path) -> Path:

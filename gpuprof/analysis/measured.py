@@ -9,13 +9,14 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpuprof import registry
-from gpuprof.analysis import RunTables
+from gpuprof.analysis import RunTables, grouped
 from gpuprof.analysis.health import CASE_KEYS
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.units import format_size
@@ -123,26 +124,30 @@ class _Slot:
 
 
 def _split_slots(frame: pd.DataFrame, slots: int) -> dict[int, pd.DataFrame]:
-    """A table's rows by sample slot (-1: not sampled), split in one pass: taking each slot's
-    rows out of 30 million, 20 times over, took most of a 1,024-rank run's baseline."""
-    slotted = _with_slots(frame, slots)
-    parts = {int(str(k)): part.drop(columns="_slot") for k, part in slotted.groupby("_slot")}
-    parts.setdefault(-1, slotted.iloc[:0].drop(columns="_slot"))
+    """A table's sampled rows by sample slot, each slot's rows taken once (-1: the table
+    without rows). Neither the table copied nor its rows that no slot samples: at 1,024 ranks
+    a copy of the collectives table and then all its rows split by slot took over 24 GB, and
+    `baseline` was killed for it."""
+    slot = sample_slots(frame, slots)
+    sampled = np.flatnonzero(slot >= 0)
+    order = sampled[np.argsort(slot[sampled], kind="stable")]  # by slot, in table order
+    bounds = np.searchsorted(slot[order], np.arange(slots + 1))
+    parts = {k: frame.iloc[order[lo:hi]] for k, (lo, hi) in enumerate(pairwise(bounds)) if hi > lo}
+    parts[-1] = frame.iloc[:0]
     return parts
 
 
-def _with_slots(frame: pd.DataFrame, slots: int) -> pd.DataFrame:
+def sample_slots(frame: pd.DataFrame, slots: int) -> np.ndarray:
     """Each row's sample slot: iteration i of a case of n iterations is slot k when it is the
     k-th of `slots` iterations spread evenly over the n (-1: not sampled)."""
     case = [c for c in ("probe", "case_id", "scope", "world_size", "group") if c in frame]
-    n = frame.groupby(case, sort=False, dropna=False)["iteration"].transform("max") + 1
-    it = frame["iteration"]
+    it = frame["iteration"].to_numpy(np.int64)
+    codes = grouped(frame, case)[0] if case else np.zeros(len(frame), dtype=np.int64)
+    n = pd.Series(it).groupby(codes).transform("max").to_numpy(np.int64) + 1
     spread = n > slots
-    k = np.where(spread, np.rint(it * (slots - 1) / (n - 1).clip(lower=1)), it)
+    k = np.where(spread, np.rint(it * (slots - 1) / np.clip(n - 1, 1, None)), it)
     back = np.where(spread, np.rint(k * (n - 1) / (slots - 1)), it)
-    out = frame.copy()
-    out["_slot"] = np.where(back == it, k, -1).astype(int)
-    return out
+    return np.where(back == it, k, -1).astype(np.int64)
 
 
 def _summary_values(summary: pd.DataFrame, spec: registry.ProbeSpec) -> pd.DataFrame:

@@ -163,8 +163,46 @@ def as_pandas(table: pa.Table, schema: pa.Schema | None = None) -> pd.DataFrame:
         for index, column in zip(coded, pool.map(decoded, coded), strict=True):
             name = table.schema[index].name
             table = table.set_column(index, pa.field(name, column.type), [column])
-    frame: pd.DataFrame = table.to_pandas()
-    return frame
+    numbers = _numbers(table)
+    rest: pd.DataFrame = table.drop_columns(list(numbers)).to_pandas()
+    if not numbers:
+        return rest
+    given = {name: numbers.get(name) for name in table.column_names}
+    return pd.DataFrame(
+        {name: rest[name] if array is None else array for name, array in given.items()},
+        index=rest.index,
+        copy=False,
+    )
+
+
+# number types whose arrow values are laid out as numpy's (bool is a bit per value in arrow)
+_PLAIN = {pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32()}
+_PLAIN |= {pa.uint64(), pa.float32(), pa.float64()}
+
+
+def _numbers(table: pa.Table) -> dict[str, np.ndarray]:
+    """The table's number columns without missing values, in one piece each, as numpy arrays
+    on arrow's own memory, writable (arrow's buffers are, numpy's view of them says so):
+    pandas' conversion copies them into fresh memory, and on a VM the kernel's zeroing of fresh
+    pages is most of that (the collectives at 1,024 ranks, 36 M rows: 13.8 -> 4.7-6.0 s). A
+    frame holding them keeps the table's memory alive; nothing writes the table after."""
+    if (table.schema.pandas_metadata or {}).get("index_columns") not in (None, []):
+        return {}  # an index stored as columns: pandas' own conversion rebuilds it
+    out: dict[str, np.ndarray] = {}
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if field.type not in _PLAIN or column.null_count or len(column) == 0:
+            continue
+        if column.num_chunks != 1:
+            continue  # joining the chunks copies anyway, as pandas' conversion does
+        chunk = column.chunk(0)
+        width = field.type.bit_width // 8
+        out[field.name] = np.frombuffer(
+            chunk.buffers()[1],
+            dtype=field.type.to_pandas_dtype(),
+            count=len(chunk),
+            offset=chunk.offset * width,
+        )
+    return out
 
 
 def group_codes(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
