@@ -28,7 +28,7 @@ from gpuprof.runs.records import (
     timeline_record,
 )
 from gpuprof.runs.store import RUN_JSON, Run, create_run_dir, resolve_run, update_run_json
-from gpuprof.runs.tables import consolidate, group_codes, read_parquet, record_starts
+from gpuprof.runs.tables import as_pandas, consolidate, group_codes, read_parquet, record_starts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -524,3 +524,27 @@ def test_tables_read_back_as_pandas_reads_them_each_text_column_in_one_piece(
     read = read_parquet(path)
     pd.testing.assert_frame_equal(read, pd.read_parquet(path))
     assert getattr(pa.array(read["case"].array), "num_chunks", 1) == 1
+
+
+def test_numbers_are_handed_to_pandas_as_written() -> None:
+    """Plain number columns reach pandas on the table's memory (no copy); a column pandas
+    wrote with another dtype (nullable Int64), one with a missing value, and bools get
+    pandas' own conversion, as before."""
+    frame = pd.DataFrame(
+        {
+            "n": pd.array([1, 2], dtype="Int64"),
+            "x": [1.0, 2.0],
+            "u": np.array([1, 2], dtype=np.uint8),
+            "b": [True, False],
+        }
+    )
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    back = as_pandas(table)
+    pd.testing.assert_frame_equal(back, table.to_pandas())
+    assert str(back["n"].dtype) == "Int64"
+    plain = pa.table({"i": np.arange(4), "f": [1.0, None, 3.0, 4.0]})
+    got = as_pandas(plain)
+    pd.testing.assert_frame_equal(got, plain.to_pandas())
+    assert np.shares_memory(
+        got["i"].to_numpy(), np.frombuffer(plain["i"].chunk(0).buffers()[1], np.int64)
+    )
