@@ -167,17 +167,17 @@ def as_pandas(table: pa.Table, schema: pa.Schema | None = None) -> pd.DataFrame:
     rest: pd.DataFrame = table.drop_columns(list(numbers)).to_pandas()
     if not numbers:
         return rest
-    given = {name: numbers.get(name) for name in table.column_names}
     return pd.DataFrame(
-        {name: rest[name] if array is None else array for name, array in given.items()},
+        {name: numbers[name] if name in numbers else rest[name] for name in table.column_names},
         index=rest.index,
         copy=False,
     )
 
 
 # number types whose arrow values are laid out as numpy's (bool is a bit per value in arrow)
-_PLAIN = {pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32()}
-_PLAIN |= {pa.uint64(), pa.float32(), pa.float64()}
+_PLAIN = frozenset(
+    pa.from_numpy_dtype(np.dtype(t)) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8")
+) | {pa.float32(), pa.float64()}
 
 
 def _numbers(table: pa.Table) -> dict[str, np.ndarray]:
@@ -193,20 +193,15 @@ def _numbers(table: pa.Table) -> dict[str, np.ndarray]:
     other = {c.get("field_name"): c.get("numpy_type") for c in meta.get("columns") or []}
     out: dict[str, np.ndarray] = {}
     for field, column in zip(table.schema, table.columns, strict=True):
-        if field.type not in _PLAIN or column.null_count or len(column) == 0:
+        # joining several chunks copies anyway, as pandas' conversion does
+        if field.type not in _PLAIN or column.null_count or column.num_chunks != 1:
             continue
-        plain = str(np.dtype(field.type.to_pandas_dtype()))
-        if other.get(field.name, plain) != plain:
+        dtype = np.dtype(field.type.to_pandas_dtype())
+        if len(column) == 0 or other.get(field.name, dtype.name) != dtype.name:
             continue
-        if column.num_chunks != 1:
-            continue  # joining the chunks copies anyway, as pandas' conversion does
         chunk = column.chunk(0)
-        width = field.type.bit_width // 8
         out[field.name] = np.frombuffer(
-            chunk.buffers()[1],
-            dtype=field.type.to_pandas_dtype(),
-            count=len(chunk),
-            offset=chunk.offset * width,
+            chunk.buffers()[1], dtype=dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize
         )
     return out
 
