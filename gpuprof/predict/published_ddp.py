@@ -1,14 +1,17 @@
 """Published multi-node training throughput (vendor benchmark tables: one model at 1 to 32
 nodes) against the DDP prediction (gpuprof.predict.ddp), held out by scale: each series (one
-system, model, precision and sequence length or image size) is calibrated by its one-node row
-and its data-parallel efficiency predicted at every larger GPU count, never fitted to them.
+system, model, precision and sequence length or image size) is calibrated by one row, its
+one-node row or (`crossing`) its smallest row across nodes, and its data-parallel efficiency
+predicted at every larger GPU count, never fitted to them.
 
-What a one-node row gives is one step's time: `K x compute + optimizer + all_reduce` (K
-accumulated micro-batches, one all_reduce of the gradients after the last of them, as these
-training scripts do). The optimizer and the all_reduce come from the system (its memory
-bandwidth, NCCL's model on its preset); the compute per micro-batch is what is left of the
-measured step. At N GPUs: the row's own K, the all_reduce across N/8 nodes. The rows' table
-(the columns of benchmarks/results/published_ddp.tsv) comes in as dicts."""
+What a row gives is one step's time: `K x compute + optimizer + all_reduce` (K accumulated
+micro-batches, one all_reduce of the gradients after the last of them, as these training
+scripts do). The optimizer and the all_reduce come from the system (its memory bandwidth,
+NCCL's model on its preset); the compute per micro-batch is what is left of the measured step:
+at the calibrating row's own shape, so a row across nodes carries what crossing nodes did to
+every micro-batch there (as a gpuprof DDP probe measured across nodes does). At N GPUs: the
+row's own K, the all_reduce across N/8 nodes. The rows' table (the columns of
+benchmarks/results/published_ddp.tsv) comes in as dicts."""
 
 from __future__ import annotations
 
@@ -81,13 +84,14 @@ def _series(row: dict[str, str]) -> str:
 
 
 def basis(row: dict[str, str], system: System) -> DDPBasis:
-    """What a one-node row measured, as the DDP prediction's basis: the step of one micro-
-    batch without communication and the optimizer, the gradients' all_reduce on one node
+    """What a row measured, as the DDP prediction's basis: the step of one micro-batch
+    without communication and the optimizer, the gradients' all_reduce at the row's shape
     exposed (after the last micro-batch: nothing hides it)."""
     params = _params(row["params"])
     half = re.search(r"FP16|BF16|AMP", row["precision"]) is not None
     grad = 2 if half else 4
-    gpus = int(row["gpus"])
+    gpus, per_node = int(row["gpus"]), int(row["gpus_per_node"])
+    nodes = max(1, gpus // per_node)
     accum, batch = _accum(row) or 1, float(row["batch_per_gpu"])
     step_us = accum * batch / (float(row["throughput"]) / gpus) * 1e6
     peaks = gpu_peaks(system.gpu)
@@ -95,7 +99,9 @@ def basis(row: dict[str, str], system: System) -> DDPBasis:
     optimizer = params * OPTIMIZER_BYTES / (memory * 1e3) if memory else 0.0
     net = SystemNetwork(system)
     buckets = ddp_buckets(params * grad, math.inf)  # DDP's first 1 MiB, then all the rest
-    comm = sum(net.collective("all_reduce", 1, gpus, b, "nccl").time_us for b in buckets)
+    comm = sum(
+        net.collective("all_reduce", nodes, gpus // nodes, b, "nccl").time_us for b in buckets
+    )
     micro = (step_us - optimizer - comm) / accum
     return DDPBasis(
         variant="published",
@@ -109,15 +115,17 @@ def basis(row: dict[str, str], system: System) -> DDPBasis:
         cost_us=comm,
         backward_us=0.0,
         step_us=micro + optimizer + comm,
-        nodes=1,
-        gpus=gpus,
+        nodes=nodes,
+        gpus=gpus // nodes,
         bucket_mb=math.inf,  # no cap: one all_reduce after the last micro-batch
     )
 
 
-def scored(rows: Iterable[dict[str, str]]) -> list[Scored]:
-    """Every row at more GPUs than its series' one-node row, on the systems NCCL's model
-    has, predicted from that one row; series whose accumulation is not printed are left out."""
+def scored(rows: Iterable[dict[str, str]], crossing: bool = False) -> list[Scored]:
+    """Every row at more GPUs than its series' one-node row (`crossing`: than its smallest
+    row across nodes), on the systems NCCL's model has, predicted from that one row (the
+    efficiency against the one-node row's throughput per GPU, as published); series whose
+    accumulation is not printed are left out."""
     series: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         series.setdefault(_series(row), []).append(row)
@@ -132,12 +140,13 @@ def scored(rows: Iterable[dict[str, str]]) -> list[Scored]:
             by_gpus.setdefault(int(row["gpus"]), row)
         if per_node not in by_gpus or any(_accum(row) is None for row in by_gpus.values()):
             continue
-        base = by_gpus[per_node]
-        calibrated = basis(base, system)
-        rate = float(base["throughput"]) / per_node
+        rate = float(by_gpus[per_node]["throughput"]) / per_node
+        across = sorted(g for g in by_gpus if g > per_node and g % per_node == 0)
+        at = across[0] if crossing and across else per_node
+        calibrated = basis(by_gpus[at], system)
         net = SystemNetwork(system)
         for gpus, row in sorted(by_gpus.items()):
-            if gpus <= per_node or gpus % per_node:
+            if gpus <= at or gpus % per_node:
                 continue
             accum = _accum(row) or 1
             step = predict_ddp(
