@@ -16,7 +16,15 @@ from gpuprof.errors import UsageError
 from gpuprof.machine.systems import PRESETS, load_system
 from gpuprof.predict.collectives import WhatIf
 from gpuprof.predict.nccl import OPS, collective
-from gpuprof.predict.published import LARGE, predicted, rows
+from gpuprof.predict.published import (
+    DATA,
+    LARGE,
+    predicted,
+    preset_name,
+    rows,
+    scale_rows,
+    system_named,
+)
 
 ROWS = rows()
 
@@ -201,3 +209,46 @@ def test_efas_latency_counts_across_nodes_only() -> None:
     efa, ib = collective(p5, "all_reduce", 16, 8.0), collective(over_ib, "all_reduce", 16, 8.0)
     assert (efa.algorithm, efa.protocol) == (ib.algorithm, ib.protocol) == ("tree", "LL")
     assert efa.time_us - ib.time_us == pytest.approx(2 * p5.net_latency_us)
+
+
+def test_a_rooted_op_costs_one_stage_as_nccl_tests_times_it() -> None:
+    """nccl-tests times back-to-back iterations (src/common.cu BenchTime): a broadcast or
+    reduce chain pipelines, so its small-size time is one stage at every length (published:
+    ABCI's 8-byte broadcast 7.5 us on 2 nodes and 7.6 on 16), while its bytes still move at the
+    ring's rate and NCCL chooses the protocol with its own model."""
+    a100 = PRESETS["dgx-a100"]
+    for op in ("broadcast", "reduce"):
+        small = [collective(a100, op, n * 8, 8.0) for n in (2, 16, 128)]
+        assert max(c.time_us for c in small) == pytest.approx(small[0].time_us, rel=1e-3)
+        assert small[0].latency_us < 15.0
+        # 1 GiB: the ring's rate; on 16 nodes NCCL's model, which counts the whole chain,
+        # already picks LL128 over Simple (at 128 ranks x 14 us a hop), as NCCL would
+        big = [collective(a100, op, n * 8, float(1 << 30)) for n in (2, 16)]
+        assert big[0].protocol == "Simple" and big[1].protocol == "LL128"
+        assert 1.0 <= big[1].time_us / big[0].time_us <= 1.25
+    # the rings and trees are not chains: their latency still grows with the node count
+    rings = [collective(a100, "all_reduce", n * 8, 8.0) for n in (2, 16, 128)]
+    assert rings[0].time_us < rings[1].time_us < rings[2].time_us
+
+
+def test_an_all_to_all_costs_a_message_per_peer() -> None:
+    """NCCL runs an all_to_all as n - 1 sends: its latency grows with the peers (published:
+    ALCF Polaris 106 us on 2 nodes, 23 ms on 256, 50 ms on 540 at a few KiB), while a
+    send/recv keeps one step."""
+    polaris = system_named("systems/polaris.toml")
+    times = {n: collective(polaris, "all_to_all", n * 4, 4096.0).time_us for n in (2, 8, 256, 540)}
+    assert times[2] < times[8] < times[256] < times[540]
+    assert times[540] / times[256] == pytest.approx((540 * 4 - 4) / (256 * 4 - 4), rel=0.02)
+    send = [collective(polaris, "sendrecv", n * 4, 4096.0).time_us for n in (2, 540)]
+    assert send[1] == pytest.approx(send[0], rel=0.05)
+
+
+def test_the_system_files_beside_the_data_load_and_cite_their_source() -> None:
+    """The published systems no preset describes ship as system files (`--hardware FILE`)."""
+    for name in ("abci-a", "alps-gh200", "polaris"):
+        system = system_named(f"systems/{name}.toml")
+        assert system.name == name and system.source and system.nccl
+        assert load_system(str(DATA.parent / "systems" / f"{name}.toml")) == system
+        assert preset_name(f"systems/{name}.toml") == system.name  # the report matches by name
+    assert system_named("dgx-h100") is PRESETS["dgx-h100"]
+    assert {r["preset"] for r in scale_rows()} >= {"systems/polaris.toml", "systems/abci-a.toml"}

@@ -2,10 +2,10 @@
 tree, NVLS, NVLS-tree, CollNet, PAT) and protocol (LL, LL128, Simple), and the one NCCL would
 pick (the fastest). docs/prediction.md gives every formula and constant with its source.
 
-Constants: NCCL 2.30.7's tuning model (src/graph/tuning.cc, latencies in microseconds and
-bandwidths in GB/s, 1 GB/s = 1000 bytes/us). What NCCL's topology search would find (its
-"graphs": channels and their per-channel bandwidth inside a node and across nodes) is
-approximated from the system's description: the GPU's NVLink bandwidth (links x NCCL's
+Constants: NCCL 2.30.7's tuning model (gpuprof.predict.nccl_tuning: latencies in
+microseconds, bandwidths in GB/s, 1 GB/s = 1000 bytes/us). What NCCL's topology search would
+find (its "graphs": channels and their per-channel bandwidth inside a node and across nodes)
+is approximated from the system's description: the GPU's NVLink bandwidth (links x NCCL's
 per-link rate), the NICs (line rate, bounded by their PCIe link), each graph's channel count
 times the highest speed of NCCL's speed list the links can carry.
 """
@@ -17,84 +17,28 @@ from dataclasses import dataclass
 
 from gpuprof.machine.systems import System
 from gpuprof.predict import p2p_channels as p2p
+from gpuprof.predict.nccl_tuning import (
+    ALGOS,
+    ARCH_INDEX,
+    BASE_LAT,
+    HW_LAT,
+    INTER_SPEEDS,
+    INTRA_SPEEDS,
+    LL_MAX_BW,
+    LL_MAX_BW_NET,
+    MAX_CHANNELS,
+    NVLINK_LINK_BW,
+    NVLS_EFFICIENCY,
+    NVLS_MAX_HEADS,
+    NVLS_TREE_CAP,
+    PCIE_X16_BW,
+    PROTOS,
+    RING_LL128_CAP,
+    TREE_CAP,
+    TREE_CORRECTION,
+    TREE_LL128_CAP,
+)
 
-ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOS = ("LL", "LL128", "Simple")
-ARCH_INDEX = {"ampere": 1, "hopper": 2, "blackwell": 3}
-
-# base latency [algo] (LL, LL128, Simple), us
-BASE_LAT = {
-    "tree": (6.8, 14.0, 8.4),
-    "ring": (6.6, 14.0, 8.4),
-    "collnet_direct": (0.0, 0.0, 0.0),
-    "collnet_chain": (0.0, 0.0, 0.0),
-    "nvls": (0.0, 0.0, 0.0),
-    "nvls_tree": (0.0, 0.0, 0.0),
-    "pat": (8.0, 8.0, 8.0),
-}
-# hardware latency [link][algo] (LL, LL128, Simple), us per step
-HW_LAT = {
-    "nvlink": {
-        "tree": (0.6, 1.25, 4.0),
-        "ring": (0.6, 1.9, 3.4),
-        "collnet_direct": (0.0, 0.0, 3.7),
-        "collnet_chain": (0.0, 0.0, 2.8),
-        "nvls": (0.0, 0.0, 25.0),
-        "nvls_tree": (0.0, 0.0, 25.0),
-        "pat": (0.0, 0.0, 4.0),
-    },
-    "pci": {
-        "tree": (1.0, 1.9, 4.0),
-        "ring": (1.0, 2.5, 5.7),
-        "collnet_direct": (0.0, 0.0, 3.7),
-        "collnet_chain": (0.0, 0.0, 2.8),
-        "nvls": (0.0, 0.0, 0.0),
-        "nvls_tree": (0.0, 0.0, 0.0),
-        "pat": (0.0, 0.0, 4.0),
-    },
-    "net": {
-        "tree": (5.0, 8.5, 14.0),
-        "ring": (2.7, 4.0, 14.0),
-        "collnet_direct": (0.0, 0.0, 31.0),
-        "collnet_chain": (0.0, 0.0, 30.0),
-        "nvls": (0.0, 0.0, 18.0),
-        "nvls_tree": (0.0, 0.0, 20.9),
-        "pat": (0.0, 0.0, 14.0),
-    },
-}
-NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
-# caps [arch index][1 node, 2 nodes, 3+ nodes], GB/s (per channel except LL_MAX_BW, a total)
-LL_MAX_BW = {1: (87.7, 22.5, 19.0), 2: (141.0, 45.0, 35.0), 3: (282.0, 90.0, 70.0)}
-LL_MAX_BW_NET = {"intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}  # >1 node: by CPU
-RING_LL128_CAP = {1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 36.7), 3: (40.0, 40.0, 40.0)}
-TREE_LL128_CAP = {1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 29.0), 3: (55.6, 31.67, 20.0)}
-TREE_CAP = {1: (24.0, 23.6, 17.8), 2: (38.7, 41.4, 36.0), 3: (70.0, 42.8, 24.0)}
-NVLS_TREE_CAP = {1: (24.0, 23.6, 17.8), 2: (0.0, 57.7, 45.5), 3: (0.0, 96.0, 80.0)}
-# tree all_reduce bandwidth x this, by floor(log2(bytes / 64)) (0: 64 B .. 23: 512 MiB)
-TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
-           1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
-              .9, .9, 1.0, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
-               .8, .9, .9, .9),
-}  # fmt: skip
-# NVLink per link and direction (src/graph/topo.h), GB/s
-NVLINK_LINK_BW = {"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
-# the per-channel speeds NCCL's search tries, inside a node and across (src/graph/search.cc)
-INTRA_SPEEDS = {
-    "ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
-    "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
-    "blackwell": (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18),
-}
-INTER_SPEEDS = {
-    "ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
-    "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
-    "blackwell": (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
-}
-PCIE_X16_BW = {3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}  # NCCL's PCIe x16 rate, GB/s
-MAX_CHANNELS = 32
-NVLS_MAX_HEADS = 32
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 P2P_OPS = ("all_to_all", "sendrecv")  # point to point: no entry in the tuning model
 
@@ -369,17 +313,42 @@ def collective(
     if best is None:
         raise ValueError(f"no algorithm for {op} over {ranks} ranks of {system.name}")
     time, algo, proto, latency = best
+    if op in ("broadcast", "reduce"):  # as nccl-tests times it: back to back, pipelined
+        stage = max(_stage_latency(shape, proto), system.floor_us)
+        time, latency = time - latency + stage, stage
     busbw = _bus_factor(op, ranks) * size / (time * 1e3)
     return Choice(time, algo, proto, busbw, latency)
+
+
+def _peers_latency(shape: _Shape) -> float:
+    """An all_to_all's latency past the base: one message to each peer, each a Simple ring
+    step on its link (NCCL runs it as n - 1 sends and receives; its proxy posts each network
+    send), so it grows with the peers, not once per op."""
+    system, n, ppn = shape.system, shape.ranks, shape.ppn
+    intra_link = "nvlink" if system.nvlink_links else "pci"
+    inter = HW_LAT["net"]["ring"][2] + system.net_latency_us
+    return (ppn - 1) * HW_LAT[intra_link]["ring"][2] + (n - ppn) * inter
+
+
+def _stage_latency(shape: _Shape, proto: str) -> float:
+    """A rooted op's latency as nccl-tests reports it: one stage of its chain. nccl-tests
+    launches its iterations back to back and divides the time (src/common.cu BenchTime); a
+    rank of a broadcast or reduce chain starts its next op once its own previous one and its
+    upstream's are done, so the ops pipeline and each costs one hop, where NCCL's model
+    (which chooses the protocol) counts the whole chain."""
+    i = PROTOS.index(proto)
+    hw = "net" if shape.nodes > 1 else ("nvlink" if shape.system.nvlink_links else "pci")
+    return BASE_LAT["ring"][i] + HW_LAT[hw]["ring"][i]
 
 
 def point_to_point(shape: _Shape, size: float) -> Choice:
     """all_to_all and sendrecv, which NCCL runs as sends and receives outside its tuning
     model: each rank's bytes to peers in its NVLink domain at its NVLink rate, to other
-    domains at its share of the domain's NICs, both at once; latency one Simple ring step
-    (base + per-hop) on the slowest link crossed. all_to_all: `size` is each rank's whole
-    buffer, (n - 1) / n of it leaves; sendrecv: `size` goes to one neighbour (across nodes
-    only at a node boundary, on that rank's NIC share and its channels' rate)."""
+    domains at its share of the domain's NICs, both at once; sendrecv's latency one Simple
+    ring step (base + per-hop) on the slowest link crossed, all_to_all's one per peer
+    (`_peers_latency`). all_to_all: `size` is each rank's whole buffer, (n - 1) / n of it
+    leaves; sendrecv: `size` goes to one neighbour (across nodes only at a node boundary, on
+    that rank's NIC share and its channels' rate)."""
     system, n, ppn = shape.system, shape.ranks, shape.ppn
     nvlink = nvlink_total(system)
     nic_share = system.nics_per_domain * nic_bw(system) / ppn
@@ -388,6 +357,7 @@ def point_to_point(shape: _Shape, size: float) -> Choice:
     latency += system.net_latency_us if crosses else 0.0
     latency = max(latency, system.floor_us)
     if shape.op == "all_to_all":  # each rank's whole buffer, (n - 1) / n of it leaving
+        latency = max(BASE_LAT["ring"][2] + _peers_latency(shape), system.floor_us)
         intra = size * (ppn - 1) / n / (1000 * nvlink)
         inter = size * (n - ppn) / n / (1000 * nic_share)
         time = latency + max(intra, inter)

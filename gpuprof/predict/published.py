@@ -12,12 +12,13 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from gpuprof.machine.systems import PRESETS, nccl_version_in
+from gpuprof.machine.systems import PRESETS, System, load_system, nccl_version_in
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus as calibration_system
 from gpuprof.predict.calibrate import calibrate, choose
 from gpuprof.predict.calibrate import predict as predict_calibrated
 from gpuprof.predict.nccl import collective
+from gpuprof.predict.nccl_tuning import ALGOS
 from gpuprof.specs.collectives import bus_factor
 
 DATA = Path(__file__).resolve().parent / "data" / "published.tsv"
@@ -70,6 +71,20 @@ def checked() -> tuple[Checked, ...]:
 
 
 SCALES = DATA.parent / "published_scales.tsv"
+
+
+def preset_name(preset: str) -> str:
+    """The system's name a row's `preset` gives: the preset's, or a system file's stem (each
+    file under data/systems names its system after itself)."""
+    return Path(preset).stem if preset.endswith(".toml") else preset
+
+
+def system_named(preset: str) -> System:
+    """A row's system: a preset, or a system file beside the data (`systems/NAME.toml`: the
+    published systems no preset describes, each citing its source)."""
+    return PRESETS[preset] if preset in PRESETS else load_system(str(DATA.parent / preset))
+
+
 SIZE_CLASSES = (("small (< 1 MiB)", 0, 1 << 20), ("mid (1-256 MiB)", 1 << 20, LARGE),
                 ("large (>= 256 MiB)", LARGE, 1 << 62))  # fmt: skip
 
@@ -147,11 +162,11 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
         counts = sorted({int(r["nodes"]) for r in members if int(r["nodes"]) > 1})
         if len(counts) < scales + 1:
             continue
-        system = replace(PRESETS[preset], nccl=series_nccl(members, counts[:scales]))
+        system = replace(system_named(preset), nccl=series_nccl(members, counts[:scales]))
         if any(r["collnet"] == "yes" for r in members):
             system = replace(system, collnet=True)
         base = counts[scales - 1]
-        forced = algorithm if algorithm in nccl.ALGOS else None
+        forced = algorithm if algorithm in ALGOS else None
         if algorithm and forced is None:
             left.append(f"{system_name[:40]} {op} {algorithm}: not in the model")
             continue
