@@ -17,7 +17,9 @@ measurement only:
   tenth (a measured time under the scaled latency says the latency is over-counted there).
   The two are estimated in turn (three rounds, starting from bw = 1), each without the other's
   share of the time, so a system that is exactly k x NCCL's latency and m x its transfer gives
-  back k and m.
+  back k and m. An all_to_all keeps both against each peer's message (`message`: its buffer
+  over the ranks, what the network stack sends and changes protocol on), the latency scale
+  per message too.
 
 At another shape the model picks the algorithm and protocol as NCCL would (with its own
 constants: NCCL chooses with them too), and the time is `lat x L(S) + bw(S) x T(S)`: ring and
@@ -44,6 +46,13 @@ from gpuprof.specs.collectives import bus_factor
 LATENCY_BOUND = 0.1  # T0 <= this x L0: the size measures the latency
 MIN_FACTOR = 0.1  # the bandwidth factor's floor
 ROUNDS = 3  # latency and transfer estimated in turn, each without the other's share
+
+
+def message(op: str, size: float, ranks: int) -> float:
+    """Where on a calibration's size axis `size` bytes of `op` over `ranks` fall: an
+    all_to_all's message to each peer (its buffer over the ranks: what the network stack
+    sends, and switches protocol on), every other op's whole buffer."""
+    return size / ranks if op == "all_to_all" else size
 
 
 def at_gpus(system: System, gpus: int) -> System:
@@ -89,6 +98,8 @@ class Calibration:
     algorithm: str | None = None  # forced (NCCL_ALGO) where the measurement forced it
     # (log2 size, what bound the model's transfer there: nccl.Choice.bound), by size
     bounds: tuple[tuple[float, str], ...] = ()
+    # all_to_all: (log2 message, latency scale) of each latency-bound size (`message`)
+    latency_knots: tuple[tuple[float, float], ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -97,6 +108,11 @@ class Calibration:
     def factor(self, size: float) -> float | None:
         """The bandwidth factor at `size` (None: no size measured the bandwidth)."""
         return _interpolate(self.knots, size)
+
+    def latency(self, size: float) -> float:
+        """The latency scale at `size`: per message where one was measured (all_to_all),
+        else the one scale."""
+        return _interpolate(self.latency_knots, size) or self.latency_scale or 1.0
 
     def bound(self, size: float) -> str | None:
         """What bound the transfer at the measured size nearest `size` (None: none measured)."""
@@ -141,21 +157,31 @@ def calibrate(
             choice = nccl.collective(target, op, nodes * gpus, size, algorithm)
         except ValueError:  # the model has no such algorithm at this shape
             return None
-        parts.append((size, time, choice.latency_us, choice.time_us - choice.latency_us))
-        bounds.append((math.log2(size), choice.bound))
+        at = message(op, size, nodes * gpus)  # the axis the factors are kept on
+        parts.append((at, time, choice.latency_us, choice.time_us - choice.latency_us))
+        bounds.append((math.log2(max(at, 1.0)), choice.bound))
     bound = [p for p in parts if p[2] > 0 and p[3] <= LATENCY_BOUND * p[2]]
     scale: float | None = None
     knots: tuple[tuple[float, float], ...] = ()
+    per_message: tuple[tuple[float, float], ...] = ()
     for _ in range(ROUNDS):  # each estimate without the other's share of the time
-        if bound:
-            scale = statistics.median(
-                (t - (_interpolate(knots, size) or 1.0) * transfer) / lat
-                for size, t, lat, transfer in bound
-            )
+        scales = [
+            (math.log2(max(at, 1.0)), (t - (_interpolate(knots, at) or 1.0) * transfer) / lat)
+            for at, t, lat, transfer in bound
+        ]
+        if scales:
+            scale = statistics.median(s for _, s in scales)
+        per_message = tuple(scales) if op == "all_to_all" else ()
         knots = tuple(
-            (math.log2(size), max((time - (scale or 1.0) * lat) / transfer, MIN_FACTOR))
-            for size, time, lat, transfer in parts
-            if _measures_transfer((size, time, lat, transfer))
+            (
+                math.log2(max(at, 1.0)),
+                max(
+                    (time - (_interpolate(per_message, at) or scale or 1.0) * lat) / transfer,
+                    MIN_FACTOR,
+                ),
+            )
+            for at, time, lat, transfer in parts
+            if _measures_transfer((at, time, lat, transfer))
         )
     return Calibration(
         op=op,
@@ -168,10 +194,11 @@ def calibrate(
         origin=origin,
         algorithm=algorithm,
         bounds=tuple(b for b, p in zip(bounds, parts, strict=True) if _measures_transfer(p)),
+        latency_knots=per_message,
     )
 
 
-def _measures_transfer(part: tuple[int, float, float, float]) -> bool:
+def _measures_transfer(part: tuple[float, float, float, float]) -> bool:
     """Whether a measured size's transfer is long enough to measure the bandwidth."""
     _, _, lat, transfer = part
     return transfer >= LATENCY_BOUND * lat and transfer > 0
@@ -202,9 +229,10 @@ def predict(
         for measured_size, time in calibration.measured:
             if measured_size == size:
                 return Calibrated(choice, time, factor / time, True, "as measured")
-    lat = (calibration.latency_scale or 1.0) * choice.latency_us
-    bw, terms = calibration.factor(size) or 1.0, calibration.terms()
-    measured_bound = calibration.bound(size)
+    at = message(calibration.op, size, ranks)
+    lat = calibration.latency(at) * choice.latency_us
+    bw, terms = calibration.factor(at) or 1.0, calibration.terms()
+    measured_bound = calibration.bound(at)
     if measured_bound is not None and measured_bound != choice.bound:
         # another limit binds here than where it was measured (a send across nodes bound by
         # its channels' rate, measured bound by its NIC): the measurement says nothing of it
