@@ -214,3 +214,13 @@ def test_held_out_from_the_two_smallest_node_counts() -> None:
         for h in two
     )  # fmt: skip
     assert within >= 338 and within >= alone
+
+
+def test_the_assumptions_state_the_band_the_predictions_use() -> None:
+    """What `gpuprof predict` prints as the calibrated band is the band its rows carry."""
+    from gpuprof.predict.assumptions import assumptions
+    from gpuprof.predict.network import CALIBRATED_BAND, MODEL_BAND
+    from gpuprof.predict.whatifs import PredictRequest
+
+    text = assumptions("nccl", None, PredictRequest(nodes=(2,)), H100, calibrated=True)[0]
+    assert f"+-{CALIBRATED_BAND:.0%}" in text and f"+-{MODEL_BAND:.0%}" in text

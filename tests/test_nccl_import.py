@@ -332,3 +332,16 @@ def test_a_second_run_calibrates_the_node_counts_nearest_it(gp: Gp, tmp_path: Pa
     assert any(f"{two.name} (nccl-tests) at 2 node(s)" in n and f"{four.name}" in n for n in notes)
     refused = gp("predict", two, "--calibrate-with", "nowhere", "--nodes", "4")
     assert refused.code == 2
+
+
+def test_an_all_to_all_under_another_name_says_how_to_name_it(gp: Gp, tmp_path: Path) -> None:
+    """all_gather and alltoall print alike and old logs have no test line: the file's name
+    decides, and a name that does not says what to call it; nothing is written."""
+    text = (LOGS / "01_superbench_alltoall_pre2.13_c0_NA_g8.txt").read_text()
+    (tmp_path / "job-142998.out").write_text(text)
+    got = gp("import", "nccl-tests", tmp_path / "job-142998.out", "--out", tmp_path / "runs")
+    assert got.code == 2 and "name the file after its test" in got.err
+    assert len(got.err.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+    (tmp_path / "alltoall_perf.log").write_text(text)
+    (run_dir,) = _import(gp, tmp_path / "runs", tmp_path / "alltoall_perf.log")
+    assert set(summarize_run(open_run(run_dir), "collectives")["op"]) == {"all_to_all"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuprof.machine.systems import System
 from gpuprof.predict.ddp import DDPBasis
+from gpuprof.predict.network import CALIBRATED_BAND, MODEL_BAND
 from gpuprof.predict.whatifs import PredictRequest
 
 
@@ -41,11 +42,12 @@ def assumptions(
             f"Collectives on {system.name}: NCCL's own cost model (ring, tree, NVLS, NVLS-tree, "
             "CollNet, PAT; LL, LL128, Simple), the fastest algorithm and protocol per size as "
             "NCCL would pick, its channels from the preset's NVLink and NICs "
-            "(docs/prediction.md). Band: +-15%, the model's error on published bandwidth rows"
+            f"(docs/prediction.md). Band: +-{MODEL_BAND:.0%}, the model's error on published "
+            "bandwidth rows"
             + (
                 "; calibrated by the run's own measurement (latency x, transfer x per size, "
-                "carried to other shapes): +-14%, the 75th percentile of that error on published "
-                "results held out by scale (median 8.3%)."
+                f"carried to other shapes): +-{CALIBRATED_BAND:.0%}, the 75th percentile of that "
+                "error on published results held out by scale (docs/validation.md)."
                 if calibrated
                 else "."
             )

@@ -239,7 +239,10 @@ def _parse_row(
     if not block.op:
         guessed = file_op or _guess_op(fixed, count, size, elem, len(block.devices))
         if guessed is None:
-            return "cannot tell which collective this is (all_gather and alltoall print alike)"
+            return (
+                "cannot tell which collective this is (all_gather and alltoall print alike;"
+                " name the file after its test, e.g. alltoall_perf.log)"
+            )
         block.op = guessed
     redop = fixed.get("redop", "none")
     root = int(fixed["root"]) if _NUMBER.match(fixed.get("root", "")) else -1
