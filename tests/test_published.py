@@ -13,18 +13,10 @@ from typing import Any
 import pytest
 
 from gpuprof.errors import UsageError
-from gpuprof.machine.systems import PRESETS, load_system
+from gpuprof.machine.systems import PRESETS, PUBLISHED_SYSTEMS, load_system, published_systems
 from gpuprof.predict.collectives import WhatIf
 from gpuprof.predict.nccl import OPS, collective
-from gpuprof.predict.published import (
-    DATA,
-    LARGE,
-    predicted,
-    preset_name,
-    rows,
-    scale_rows,
-    system_named,
-)
+from gpuprof.predict.published import LARGE, predicted, rows, scale_rows, system_named
 
 ROWS = rows()
 
@@ -235,7 +227,7 @@ def test_an_all_to_all_costs_a_message_per_peer() -> None:
     """NCCL runs an all_to_all as n - 1 sends: its latency grows with the peers (published:
     ALCF Polaris 106 us on 2 nodes, 23 ms on 256, 50 ms on 540 at a few KiB), while a
     send/recv keeps one step."""
-    polaris = system_named("systems/polaris.toml")
+    polaris = system_named("polaris")
     times = {n: collective(polaris, "all_to_all", n * 4, 4096.0).time_us for n in (2, 8, 256, 540)}
     assert times[2] < times[8] < times[256] < times[540]
     assert times[540] / times[256] == pytest.approx((540 * 4 - 4) / (256 * 4 - 4), rel=0.02)
@@ -243,12 +235,15 @@ def test_an_all_to_all_costs_a_message_per_peer() -> None:
     assert send[1] == pytest.approx(send[0], rel=0.05)
 
 
-def test_the_system_files_beside_the_data_load_and_cite_their_source() -> None:
-    """The published systems no preset describes ship as system files (`--hardware FILE`)."""
-    for name in ("abci-a", "alps-gh200", "polaris"):
-        system = system_named(f"systems/{name}.toml")
+def test_the_published_systems_load_by_name_and_cite_their_source() -> None:
+    """The published systems no preset describes ship as system files: `--hardware NAME`
+    finds them as it finds a preset, and the validation's rows name them so."""
+    assert published_systems() == ["abci-a", "alps-gh200", "polaris"]
+    for name in published_systems():
+        system = system_named(name)
         assert system.name == name and system.source and system.nccl
-        assert load_system(str(DATA.parent / "systems" / f"{name}.toml")) == system
-        assert preset_name(f"systems/{name}.toml") == system.name  # the report matches by name
+        assert load_system(str(PUBLISHED_SYSTEMS / f"{name}.toml")) == system
     assert system_named("dgx-h100") is PRESETS["dgx-h100"]
-    assert {r["preset"] for r in scale_rows()} >= {"systems/polaris.toml", "systems/abci-a.toml"}
+    assert {r["preset"] for r in scale_rows()} >= {"polaris", "abci-a", "alps-gh200"}
+    with pytest.raises(UsageError, match="polaris"):
+        load_system("polaris-2")

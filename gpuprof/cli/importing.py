@@ -8,7 +8,7 @@ import click
 
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.machine.systems import PRESETS
+from gpuprof.machine.systems import hardware_names
 from gpuprof.specs.collectives import SPEC
 
 
@@ -23,7 +23,7 @@ def import_group() -> None:
 @click.option(
     "--hardware",
     metavar="PRESET|FILE.toml",
-    help=f"the system the logs were measured on ({', '.join(PRESETS)}, or a .toml): "
+    help=f"the system the logs were measured on ({hardware_names()}, or a .toml): "
     "kept in the run, so predict calibrates it",
 )
 @click.option(

@@ -11,7 +11,7 @@ import click
 
 from gpuprof.cli.options import out_option
 from gpuprof.errors import UsageError
-from gpuprof.machine.systems import PRESETS
+from gpuprof.machine.systems import hardware_names
 from gpuprof.params import ints
 from gpuprof.specs.ddp import block_params
 from gpuprof.units import parse_count, parse_size_list
@@ -66,7 +66,7 @@ def _positive(name: str, value: float | None) -> float | None:
 @click.option(
     "--hardware",
     metavar="PRESET|FILE.toml",
-    help=f"predict on this system: {', '.join(PRESETS)}, or a .toml of your own",
+    help=f"predict on this system: {hardware_names()}, or a .toml of your own",
 )
 @click.option("--nic-gbps", type=float, help="each NIC's line rate in Gbit/s (with --nics)")
 @click.option(

@@ -252,16 +252,33 @@ PRESETS: dict[str, System] = {
 }
 
 
+# systems published with results at several scales that no preset describes, as system files
+# citing their sources (`--hardware NAME` finds them; docs/validation.md scores them)
+PUBLISHED_SYSTEMS = Path(__file__).resolve().parent / "published_systems"
+
+
+def published_systems() -> list[str]:
+    """The names `--hardware` takes besides the presets: the shipped system files'."""
+    return sorted(p.stem for p in PUBLISHED_SYSTEMS.glob("*.toml"))
+
+
+def hardware_names() -> str:
+    """Every name `--hardware` takes, for help texts and errors."""
+    return ", ".join([*PRESETS, *published_systems()])
+
+
 def load_system(spec: str) -> System:
-    """A preset by name, or a TOML file of System's fields (`name` defaults to the file's
-    stem); a UsageError in one line otherwise."""
+    """A preset or a published system by name, or a TOML file of System's fields (`name`
+    defaults to the file's stem); a UsageError in one line otherwise."""
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
+    if spec in published_systems():
+        path = PUBLISHED_SYSTEMS / f"{spec}.toml"
     if path.suffix != ".toml":
         raise UsageError(
             f"unknown hardware {spec!r}",
-            f"choose a preset ({', '.join(PRESETS)}) or give a .toml file",
+            f"choose one of {hardware_names()} or give a .toml file",
         )
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -73,16 +73,9 @@ def checked() -> tuple[Checked, ...]:
 SCALES = DATA.parent / "published_scales.tsv"
 
 
-def preset_name(preset: str) -> str:
-    """The system's name a row's `preset` gives: the preset's, or a system file's stem (each
-    file under data/systems names its system after itself)."""
-    return Path(preset).stem if preset.endswith(".toml") else preset
-
-
 def system_named(preset: str) -> System:
-    """A row's system: a preset, or a system file beside the data (`systems/NAME.toml`: the
-    published systems no preset describes, each citing its source)."""
-    return PRESETS[preset] if preset in PRESETS else load_system(str(DATA.parent / preset))
+    """A row's system: a preset or a published system file (`load_system`)."""
+    return load_system(preset)
 
 
 SIZE_CLASSES = (("small (< 1 MiB)", 0, 1 << 20), ("mid (1-256 MiB)", 1 << 20, LARGE),

@@ -15,14 +15,7 @@ from gpuprof.machine.systems import PRESETS
 from gpuprof.predict.calibrations import run_system
 from gpuprof.predict.nccl import collective
 from gpuprof.predict.predictions import COLLECTIVES, DDP, report_curves
-from gpuprof.predict.published import (
-    BOUND,
-    LARGE,
-    checked,
-    preset_name,
-    published_time,
-    scale_rows,
-)
+from gpuprof.predict.published import BOUND, LARGE, checked, published_time, scale_rows
 from gpuprof.predict.text import fit_rows
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.reports.figures_scaling import predicted_figure, published_figure
@@ -126,7 +119,7 @@ def _same_system(analyzed: Analyzed, op: str, size: int) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     points = []
     for r in scale_rows():
-        if (preset_name(r["preset"]), r["op"], int(r["size_bytes"]), r["algorithm"]) != (
+        if (r["preset"], r["op"], int(r["size_bytes"]), r["algorithm"]) != (
             system.name,
             op,
             size,
