@@ -40,6 +40,8 @@ from gpuprof.runs.store import open_run
 
 LOG = Path(__file__).resolve().parents[1] / "tests/data/nccl-tests"
 CALIBRATION_LOG = LOG / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+# the systems whose NCCL runs over HPE Slingshot (libfabric's CXI provider via aws-ofi-nccl)
+SLINGSHOT = {"alps-gh200", "polaris"}
 
 
 def _summary(name: str, chosen: list[HeldOut]) -> str:
@@ -70,6 +72,16 @@ def held_out_report() -> None:
         print(_summary(name, [h for h in scored if h.size_class == name]))
     systems = len({h.row["system"] for h in scored})
     print(_summary(f"all held-out rows ({systems} systems)", scored))
+    slingshot = [h for h in scored if h.row["preset"] in SLINGSHOT]
+    fabric = [h for h in scored if h.row["preset"] not in SLINGSHOT]
+    print(_summary("InfiniBand and RoCE", fabric))
+    for name, _, _ in SIZE_CLASSES:
+        print(_summary(f"  {name}", [h for h in fabric if h.size_class == name]))
+    print(_summary(f"Slingshot ({', '.join(sorted(SLINGSHOT))})", slingshot))
+    for name, _, _ in SIZE_CLASSES:
+        print(_summary(f"  {name}", [h for h in slingshot if h.size_class == name]))
+    for system in dict.fromkeys(h.row["system"] for h in scored):
+        print(_summary(f"  {system[:60]}", [h for h in scored if h.row["system"] == system]))
     two, _ = held_out(scales=2)
     systems = len({h.row["system"] for h in two})
     print(_summary(f"calibrated at the two smallest node counts ({systems} systems)", two))
