@@ -16,7 +16,7 @@ from gpuprof.errors import UsageError
 from gpuprof.machine.systems import PRESETS, PUBLISHED_SYSTEMS, load_system, published_systems
 from gpuprof.predict.collectives import WhatIf
 from gpuprof.predict.nccl import OPS, collective
-from gpuprof.predict.published import LARGE, predicted, rows, scale_rows, system_named
+from gpuprof.predict.published import LARGE, predicted, rows, scale_rows
 
 ROWS = rows()
 
@@ -227,7 +227,7 @@ def test_an_all_to_all_costs_a_message_per_peer() -> None:
     """NCCL runs an all_to_all as n - 1 sends: its latency grows with the peers (published:
     ALCF Polaris 106 us on 2 nodes, 23 ms on 256, 50 ms on 540 at a few KiB), while a
     send/recv keeps one step."""
-    polaris = system_named("polaris")
+    polaris = load_system("polaris")
     times = {n: collective(polaris, "all_to_all", n * 4, 4096.0).time_us for n in (2, 8, 256, 540)}
     assert times[2] < times[8] < times[256] < times[540]
     assert times[540] / times[256] == pytest.approx((540 * 4 - 4) / (256 * 4 - 4), rel=0.02)
@@ -240,10 +240,10 @@ def test_the_published_systems_load_by_name_and_cite_their_source() -> None:
     finds them as it finds a preset, and the validation's rows name them so."""
     assert published_systems() == ["abci-a", "alps-gh200", "polaris"]
     for name in published_systems():
-        system = system_named(name)
+        system = load_system(name)
         assert system.name == name and system.source and system.nccl
         assert load_system(str(PUBLISHED_SYSTEMS / f"{name}.toml")) == system
-    assert system_named("dgx-h100") is PRESETS["dgx-h100"]
+    assert load_system("dgx-h100") is PRESETS["dgx-h100"]
     assert {r["preset"] for r in scale_rows()} >= {"polaris", "abci-a", "alps-gh200"}
     with pytest.raises(UsageError, match="polaris"):
         load_system("polaris-2")

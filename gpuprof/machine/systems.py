@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, fields, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -257,14 +258,20 @@ PRESETS: dict[str, System] = {
 PUBLISHED_SYSTEMS = Path(__file__).resolve().parent / "published_systems"
 
 
+@cache
+def _published_names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in PUBLISHED_SYSTEMS.glob("*.toml")))
+
+
 def published_systems() -> list[str]:
-    """The names `--hardware` takes besides the presets: the shipped system files'."""
-    return sorted(p.stem for p in PUBLISHED_SYSTEMS.glob("*.toml"))
+    """The names `--hardware` takes besides the presets: the shipped system files' (the
+    folder is read once)."""
+    return list(_published_names())
 
 
 def hardware_names() -> str:
     """Every name `--hardware` takes, for help texts and errors."""
-    return ", ".join([*PRESETS, *published_systems()])
+    return ", ".join([*PRESETS, *_published_names()])
 
 
 def load_system(spec: str) -> System:
@@ -273,7 +280,7 @@ def load_system(spec: str) -> System:
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
-    if spec in published_systems():
+    if spec in _published_names():
         path = PUBLISHED_SYSTEMS / f"{spec}.toml"
     if path.suffix != ".toml":
         raise UsageError(

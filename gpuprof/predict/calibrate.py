@@ -48,11 +48,19 @@ MIN_FACTOR = 0.1  # the bandwidth factor's floor
 ROUNDS = 3  # latency and transfer estimated in turn, each without the other's share
 
 
+PER_MESSAGE = ("all_to_all",)  # ops calibrated per message to each peer (`message`)
+
+
 def message(op: str, size: float, ranks: int) -> float:
     """Where on a calibration's size axis `size` bytes of `op` over `ranks` fall: an
     all_to_all's message to each peer (its buffer over the ranks: what the network stack
     sends, and switches protocol on), every other op's whole buffer."""
-    return size / ranks if op == "all_to_all" else size
+    return size / ranks if op in PER_MESSAGE else size
+
+
+def _log2(size: float) -> float:
+    """A size on the calibration's axis (log2 bytes; under a byte counts as one)."""
+    return math.log2(max(size, 1.0))
 
 
 def at_gpus(system: System, gpus: int) -> System:
@@ -73,7 +81,7 @@ def _interpolate(knots: tuple[tuple[float, float], ...], size: float) -> float |
     knot's beyond them; None without knots."""
     if not knots:
         return None
-    where = math.log2(max(size, 1.0))
+    where = _log2(size)
     i = bisect.bisect_left([k[0] for k in knots], where)
     if i == 0:
         return knots[0][1]
@@ -118,7 +126,7 @@ class Calibration:
         """What bound the transfer at the measured size nearest `size` (None: none measured)."""
         if not self.bounds:
             return None
-        where = math.log2(max(size, 1.0))
+        where = _log2(size)
         return min(self.bounds, key=lambda b: abs(b[0] - where))[1]
 
     def terms(self, transfer_preset: str = "") -> str:
@@ -159,22 +167,22 @@ def calibrate(
             return None
         at = message(op, size, nodes * gpus)  # the axis the factors are kept on
         parts.append((at, time, choice.latency_us, choice.time_us - choice.latency_us))
-        bounds.append((math.log2(max(at, 1.0)), choice.bound))
+        bounds.append((_log2(at), choice.bound))
     bound = [p for p in parts if p[2] > 0 and p[3] <= LATENCY_BOUND * p[2]]
     scale: float | None = None
     knots: tuple[tuple[float, float], ...] = ()
     per_message: tuple[tuple[float, float], ...] = ()
     for _ in range(ROUNDS):  # each estimate without the other's share of the time
         scales = [
-            (math.log2(max(at, 1.0)), (t - (_interpolate(knots, at) or 1.0) * transfer) / lat)
+            (_log2(at), (t - (_interpolate(knots, at) or 1.0) * transfer) / lat)
             for at, t, lat, transfer in bound
         ]
         if scales:
             scale = statistics.median(s for _, s in scales)
-        per_message = tuple(scales) if op == "all_to_all" else ()
+        per_message = tuple(scales) if op in PER_MESSAGE else ()
         knots = tuple(
             (
-                math.log2(max(at, 1.0)),
+                _log2(at),
                 max(
                     (time - (_interpolate(per_message, at) or scale or 1.0) * lat) / transfer,
                     MIN_FACTOR,

@@ -242,7 +242,7 @@ def _latency(shape: _Shape, algo: str, proto: str) -> float:
     """The algorithm's latency with this protocol, us."""
     system, nodes, n, ppn = shape.system, shape.nodes, shape.ranks, shape.ppn
     i = PROTOS.index(proto)
-    intra_link = "nvlink" if system.nvlink_links else "pci"
+    intra_link = _intra_link(system)
     hw = intra_link if nodes == 1 else "net"
     intra = HW_LAT[intra_link][algo][i]
     inter = HW_LAT["net"]["tree" if ppn == 1 else algo][i] + system.net_latency_us
@@ -320,14 +320,18 @@ def collective(
     return Choice(time, algo, proto, busbw, latency)
 
 
+def _intra_link(system: System) -> str:
+    """The link inside an NVLink domain, as NCCL's latency tables name it."""
+    return "nvlink" if system.nvlink_links else "pci"
+
+
 def _peers_latency(shape: _Shape) -> float:
     """An all_to_all's latency past the base: one message to each peer, each a Simple ring
     step on its link (NCCL runs it as n - 1 sends and receives; its proxy posts each network
     send), so it grows with the peers, not once per op."""
     system, n, ppn = shape.system, shape.ranks, shape.ppn
-    intra_link = "nvlink" if system.nvlink_links else "pci"
     inter = HW_LAT["net"]["ring"][2] + system.net_latency_us
-    return (ppn - 1) * HW_LAT[intra_link]["ring"][2] + (n - ppn) * inter
+    return (ppn - 1) * HW_LAT[_intra_link(system)]["ring"][2] + (n - ppn) * inter
 
 
 def _stage_latency(shape: _Shape, proto: str) -> float:
@@ -337,7 +341,7 @@ def _stage_latency(shape: _Shape, proto: str) -> float:
     upstream's are done, so the ops pipeline and each costs one hop, where NCCL's model
     (which chooses the protocol) counts the whole chain."""
     i = PROTOS.index(proto)
-    hw = "net" if shape.nodes > 1 else ("nvlink" if shape.system.nvlink_links else "pci")
+    hw = "net" if shape.nodes > 1 else _intra_link(shape.system)
     return BASE_LAT["ring"][i] + HW_LAT[hw]["ring"][i]
 
 
@@ -353,11 +357,13 @@ def point_to_point(shape: _Shape, size: float) -> Choice:
     nvlink = nvlink_total(system)
     nic_share = system.nics_per_domain * nic_bw(system) / ppn
     crosses = shape.nodes > 1
-    latency = BASE_LAT["ring"][2] + HW_LAT["net" if crosses else "nvlink"]["ring"][2]
-    latency += system.net_latency_us if crosses else 0.0
+    if shape.op == "all_to_all":
+        latency = BASE_LAT["ring"][2] + _peers_latency(shape)
+    else:
+        latency = BASE_LAT["ring"][2] + HW_LAT["net" if crosses else "nvlink"]["ring"][2]
+        latency += system.net_latency_us if crosses else 0.0
     latency = max(latency, system.floor_us)
     if shape.op == "all_to_all":  # each rank's whole buffer, (n - 1) / n of it leaving
-        latency = max(BASE_LAT["ring"][2] + _peers_latency(shape), system.floor_us)
         intra = size * (ppn - 1) / n / (1000 * nvlink)
         inter = size * (n - ppn) / n / (1000 * nic_share)
         time = latency + max(intra, inter)

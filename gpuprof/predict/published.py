@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from gpuprof.machine.systems import PRESETS, System, load_system, nccl_version_in
+from gpuprof.machine.systems import PRESETS, load_system, nccl_version_in
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus as calibration_system
 from gpuprof.predict.calibrate import calibrate, choose
@@ -71,11 +71,6 @@ def checked() -> tuple[Checked, ...]:
 
 
 SCALES = DATA.parent / "published_scales.tsv"
-
-
-def system_named(preset: str) -> System:
-    """A row's system: a preset or a published system file (`load_system`)."""
-    return load_system(preset)
 
 
 SIZE_CLASSES = (("small (< 1 MiB)", 0, 1 << 20), ("mid (1-256 MiB)", 1 << 20, LARGE),
@@ -155,7 +150,7 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
         counts = sorted({int(r["nodes"]) for r in members if int(r["nodes"]) > 1})
         if len(counts) < scales + 1:
             continue
-        system = replace(system_named(preset), nccl=series_nccl(members, counts[:scales]))
+        system = replace(load_system(preset), nccl=series_nccl(members, counts[:scales]))
         if any(r["collnet"] == "yes" for r in members):
             system = replace(system, collnet=True)
         base = counts[scales - 1]
