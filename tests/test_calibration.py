@@ -12,7 +12,14 @@ import pytest
 
 from gpuprof.machine.systems import PRESETS
 from gpuprof.predict import nccl
-from gpuprof.predict.calibrate import at_gpus, calibrate, choose, forced_algorithm, predict
+from gpuprof.predict.calibrate import (
+    at_gpus,
+    calibrate,
+    choose,
+    forced_algorithm,
+    partner,
+    predict,
+)
 from gpuprof.predict.collectives import WhatIf
 from gpuprof.predict.network import CalibratedNetwork, SystemNetwork
 from gpuprof.predict.published import SIZE_CLASSES, held_out
@@ -128,6 +135,65 @@ def test_the_nearest_measured_node_count_calibrates() -> None:
     assert choose([two, eight], 8, 8, 8) is eight
 
 
+def _growing(nodes: int, size: float, extra: float) -> float:
+    """A system whose every time is NCCL's plus `extra` us per doubling of the node count
+    (a latency that grows faster than NCCL's tree or ring: Polaris's 8-byte all_reduce takes
+    33, 73, 184 and 227 us on 2, 8, 256 and 540 nodes, NCCL's tree latency is 20, 40, 90
+    and 100)."""
+    import math
+
+    got = nccl.collective(H100, "all_reduce", nodes * 8, size)
+    return got.time_us * 1.3 + extra * math.log2(nodes)
+
+
+def test_two_node_counts_measure_the_growth_with_the_node_count() -> None:
+    """Measured at 2 and 4 nodes, a size whose algorithm and protocol stay the same is carried
+    along NCCL's model from the two (`grown`): exactly where the system's extra cost grows as
+    the model's does, and closer than one count wherever it does not quite."""
+    sizes = [2**k for k in range(3, 31)]
+    two, four = (
+        calibrate(H100, "all_reduce", "float32", n, 8, [(s, _growing(n, s, 9.0)) for s in sizes],
+                  "x")
+        for n in (2, 4)
+    )  # fmt: skip
+    assert two is not None and four is not None
+    carried = 0
+    for nodes in (8, 32, 256):
+        assert partner([two, four], four, nodes, H100.domain) is two
+        for size in (8.0, 64.0, 1024.0):
+            got = predict(H100, four, nodes, 8, size, two)
+            alone = predict(H100, four, nodes, 8, size)
+            want = _growing(nodes, size, 9.0)
+            if got.terms.startswith("measured at 2 and 4 nodes"):
+                carried += 1
+                assert abs(got.time_us / want - 1) < abs(alone.time_us / want - 1)
+                assert abs(got.time_us / want - 1) < 0.01, (nodes, size)
+    assert carried >= 6
+    # the measured time falling where the model's grows measures no growth: one count's
+    falling = calibrate(H100, "all_reduce", "float32", 4, 8, [(8, 10.0)], "x")
+    assert falling is not None
+    assert predict(H100, falling, 32, 8, 8.0, two).terms == predict(H100, falling, 32, 8, 8.0).terms
+
+
+def test_the_partner_is_another_count_of_the_same_op_across_domains() -> None:
+    made = {
+        (n, g, algorithm): calibrate(
+            H100, "all_reduce", "float32", n, g, [(8, 30.0 * n), (1 << 30, 5000.0)], "x", algorithm
+        )
+        for n, g, algorithm in [(1, 8, None), (2, 8, None), (4, 8, None), (16, 8, None),
+                                (8, 4, None), (8, 8, "ring")]
+    }  # fmt: skip
+    pool = [c for c in made.values() if c is not None]
+    assert partner(pool, made[(4, 8, None)], 64, 8) is made[(16, 8, None)]
+    assert partner(pool, made[(4, 8, None)], 3, 8) is made[(2, 8, None)]
+    assert partner(pool, made[(1, 8, None)], 1, 8) is None  # inside one domain: no network
+    assert partner(pool, made[(8, 8, "ring")], 64, 8) is None  # forced ring: measured once
+    assert partner(pool, made[(8, 4, None)], 64, 8) is None  # 4 GPUs a node: measured once
+    network = CalibratedNetwork(H100, tuple(pool), SystemNetwork(H100))
+    got = network.collective("all_reduce", 64, 8, 8.0, "nccl")
+    assert got.source == "4x8-16x8 + dgx-h100" and got.terms.startswith("measured at 4 and 16")
+
+
 def test_a_what_if_on_the_network_leaves_the_measurement() -> None:
     found = calibrate(H100, "all_reduce", "float32", 2, 8, [(1 << 30, 5000.0)], "x")
     assert found is not None
@@ -199,9 +265,10 @@ def test_the_calibrated_band_is_the_held_out_error() -> None:
 
 
 def test_held_out_from_the_two_smallest_node_counts() -> None:
-    """`predict --calibrate-with`: two measured scales, each row from the nearest. Measured:
-    338 of 585 rows within 15% (8 systems with a third node count); the same rows from the
-    smallest scale alone: 284."""
+    """`predict --calibrate-with`: two measured scales, each row from the nearest, with the
+    growth between the two where it applies. Measured: 391 of 585 rows within 15% (8 systems
+    with a third node count; 338 from the nearest alone); the same rows from the smallest
+    scale alone: 284."""
     two, _ = held_out(scales=2)
     one = {(h.row["system"], h.row["op"], h.row["algorithm"], h.row["nodes"], h.row["size_bytes"]):
            h for h in held_out()[0]}  # fmt: skip
@@ -213,7 +280,7 @@ def test_held_out_from_the_two_smallest_node_counts() -> None:
                  h.row["size_bytes"])].error) <= 0.15
         for h in two
     )  # fmt: skip
-    assert within >= 338 and within >= alone
+    assert within >= 391 and within >= alone
 
 
 def test_the_assumptions_state_the_band_the_predictions_use() -> None:

@@ -27,6 +27,10 @@ tree hop counts, NVLS-tree, PAT and the channels change with the shape; what the
 per message and per byte is what was measured. The measured shape itself gives back the
 measurement. Nothing is fitted to the shapes predicted.
 
+With a second node count measured across domains (`partner`), a size measured at both is
+carried along the model between them (`grown`): the growth with the node count measured, not
+NCCL's assumed, where NCCL picks the same algorithm and protocol at both counts and the target.
+
 A measurement inside one NVLink domain (one node; a GB200 rack) calibrates shapes inside one
 domain only: it crossed no network. One across domains calibrates every shape across domains
 (the nearest measured node count first), and one domain where none was measured there.
@@ -46,6 +50,7 @@ from gpuprof.specs.collectives import bus_factor
 LATENCY_BOUND = 0.1  # T0 <= this x L0: the size measures the latency
 MIN_FACTOR = 0.1  # the bandwidth factor's floor
 ROUNDS = 3  # latency and transfer estimated in turn, each without the other's share
+GROWTH_MIN = 0.1  # two counts measure the growth where the model's times differ by this
 
 
 PER_MESSAGE = ("all_to_all",)  # ops calibrated per message to each peer (`message`)
@@ -221,12 +226,20 @@ class Calibrated:
     busbw_gbps: float
     measured: bool  # the measured shape and size itself
     terms: str
+    between: tuple[int, ...] = ()  # the two node counts it was carried between (`grown`)
 
 
 def predict(
-    system: System, calibration: Calibration, nodes: int, gpus: int, size: float
+    system: System,
+    calibration: Calibration,
+    nodes: int,
+    gpus: int,
+    size: float,
+    other: Calibration | None = None,
 ) -> Calibrated:
-    """`calibration.op` of `size` bytes on nodes x gpus of `system`, calibrated."""
+    """`calibration.op` of `size` bytes on nodes x gpus of `system`, calibrated; with `other`
+    (a second node count, `partner`) the growth between the two counts carried where it
+    applies (`grown`)."""
     ranks, target = nodes * gpus, at_gpus(system, gpus)
     try:
         choice = nccl.collective(target, calibration.op, ranks, size, calibration.algorithm)
@@ -237,6 +250,12 @@ def predict(
         for measured_size, time in calibration.measured:
             if measured_size == size:
                 return Calibrated(choice, time, factor / time, True, "as measured")
+    if other is not None:
+        carried = grown(system, calibration, other, nodes, gpus, size)
+        if carried is not None:
+            low, high = sorted((calibration.nodes, other.nodes))
+            terms = f"measured at {low} and {high} nodes, carried along NCCL's growth"
+            return Calibrated(choice, carried, factor / carried, False, terms, (low, high))
     at = message(calibration.op, size, ranks)
     lat = calibration.latency(at) * choice.latency_us
     bw, terms = calibration.factor(at) or 1.0, calibration.terms()
@@ -274,6 +293,67 @@ def choose(
         return ((c.nodes, c.gpus) != (nodes, gpus), distance, c.nodes > nodes, c.gpus != gpus)
 
     return min(pool, key=rank)
+
+
+def partner(
+    calibrations: list[Calibration], chosen: Calibration, nodes: int, domain: int
+) -> Calibration | None:
+    """The measurement that with `chosen` measures how the op grows with the node count: of
+    the same op, algorithm and GPUs per node, at another node count, crossing NVLink domains
+    as `chosen` does, the nearest `nodes`. None where there is no such measurement, or
+    `chosen` crossed no domain (the growth is the network's)."""
+    if chosen.ranks <= domain:
+        return None
+    pool = [
+        c
+        for c in calibrations
+        if (c.op, c.algorithm, c.gpus) == (chosen.op, chosen.algorithm, chosen.gpus)
+        and c.nodes != chosen.nodes
+        and c.ranks > domain
+    ]
+    if not pool:
+        return None
+    return min(pool, key=lambda c: (abs(math.log2(c.nodes / nodes)), c.nodes > nodes))
+
+
+def grown(
+    system: System, one: Calibration, two: Calibration, nodes: int, gpus: int, size: float
+) -> float | None:
+    """The time of `size` bytes at nodes x gpus from its times measured at two node counts,
+    carried along NCCL's model: `t2 + (t2 - t1) (M - M2) / (M2 - M1)` (M: the model's time;
+    1, 2: the smaller and larger count), at the same place on the calibration's axis
+    (`message`). Only where NCCL picks the same algorithm and protocol at both counts and at
+    the target, the model's time grows by at least GROWTH_MIN between the counts, and the
+    measured time grows with it; else None (one count's calibration applies)."""
+    op, target = one.op, at_gpus(system, gpus)
+    at = message(op, size, nodes * gpus)
+    low, high = sorted((one, two), key=lambda c: c.nodes)
+    found = []
+    for c in (low, high):
+        sizes = [s for s, _ in c.measured if math.isclose(message(op, s, c.ranks), at)]
+        if not sizes:
+            return None
+        time = dict(c.measured)[sizes[0]]
+        try:
+            choice = nccl.collective(target, op, c.ranks, sizes[0], c.algorithm)
+        except ValueError:
+            return None
+        found.append((time, choice))
+    try:
+        there = nccl.collective(target, op, nodes * gpus, size, one.algorithm)
+    except ValueError:
+        return None
+    (t1, c1), (t2, c2) = found
+    if (
+        not (c1.algorithm, c1.protocol)
+        == (c2.algorithm, c2.protocol)
+        == (there.algorithm, there.protocol)
+    ):
+        return None
+    m1, m2 = c1.time_us, c2.time_us
+    if abs(m2 - m1) < GROWTH_MIN * m2 or (t2 - t1) / (m2 - m1) <= 0:
+        return None
+    return t2 + (t2 - t1) * (there.time_us - m2) / (m2 - m1)
 
 
 # NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) -> the model's

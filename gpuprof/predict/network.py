@@ -119,8 +119,11 @@ class CalibratedNetwork:
         chosen = calibrate.choose(list(self.calibrations), nodes, gpus, self.system.domain)
         if chosen is None:
             return self.fallback.collective(op, nodes, gpus, size, backend)
-        got = calibrate.predict(self.system, chosen, nodes, gpus, size)
-        shape = f"{chosen.nodes}x{chosen.gpus}"
+        pool = list(self.calibrations)
+        other = calibrate.partner(pool, chosen, nodes, self.system.domain)
+        got = calibrate.predict(self.system, chosen, nodes, gpus, size, other)
+        counts = got.between or (chosen.nodes,)
+        shape = "-".join(f"{n}x{chosen.gpus}" for n in counts)
         return Collective(
             time_us=got.time_us,
             busbw_gbps=got.busbw_gbps,

@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuprof.machine.systems import PRESETS, load_system, nccl_version_in
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus as calibration_system
-from gpuprof.predict.calibrate import calibrate, choose
+from gpuprof.predict.calibrate import calibrate, choose, partner
 from gpuprof.predict.calibrate import predict as predict_calibrated
 from gpuprof.predict.nccl import collective
 from gpuprof.predict.nccl_tuning import ALGOS
@@ -136,8 +136,9 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
     the system's smallest node count that crossed nodes (its rows calibrate, none is scored),
     beside the preset alone; and why rows were left out. One node's rows calibrate one node
     only (they crossed no network), so they are neither a calibration across nodes nor scored.
-    With `scales` 2: the two smallest node counts across nodes calibrate (each row predicted
-    from the nearest, as `predict --calibrate-with` does), for systems with a third to score.
+    With `scales` 2: the two smallest node counts across nodes calibrate (each row from the
+    nearest, with the growth between the two where it applies, as `predict --calibrate-with`
+    does), for systems with a third to score.
     The preset runs the series' NCCL version (`series_nccl`). Nothing is fitted to a scored row."""
     series: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows(path):
@@ -179,9 +180,10 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
             target = calibration_system(system, gpus)
             alone = nccl.collective(target, op, nodes * gpus, size, forced)
             chosen = choose(founds, nodes, gpus, system.domain)
-            got_us = (
-                predict_calibrated(system, chosen, nodes, gpus, size).time_us if chosen else None
-            )
+            got_us = None
+            if chosen:
+                other = partner(founds, chosen, nodes, system.domain)
+                got_us = predict_calibrated(system, chosen, nodes, gpus, size, other).time_us
             at = chosen.nodes if chosen else base
             scored.append(
                 HeldOut(row, published_time(row), got_us or alone.time_us, alone.time_us, at)
