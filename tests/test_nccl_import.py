@@ -330,6 +330,7 @@ def test_a_second_run_calibrates_the_node_counts_nearest_it(gp: Gp, tmp_path: Pa
     assert rows[4]["time_us"] == rows[2]["time_us"]  # the same printed time
     notes = json.loads(got.out)["notes"]
     assert any(f"{two.name} (nccl-tests) at 2 node(s)" in n and f"{four.name}" in n for n in notes)
+    assert any("measured across nodes at 2 and 4 nodes" in n for n in notes)
     refused = gp("predict", two, "--calibrate-with", "nowhere", "--nodes", "4")
     assert refused.code == 2
 

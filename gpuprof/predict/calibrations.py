@@ -83,9 +83,18 @@ def calibration_notes(
         shapes = "; ".join(
             f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found
         )
+        across = sorted({c.nodes for c in found if c.ranks > system.domain})
+        counts = ", ".join(str(n) for n in across[:-1]) + f" and {across[-1]}"
+        growth = (
+            f"; measured across nodes at {counts} nodes: a size measured at the two counts "
+            "nearest a row is carried along NCCL's model between them, where NCCL keeps its "
+            "algorithm and protocol"
+            if len(across) > 1
+            else ""
+        )
         lines.append(
             f"{op} {dtype} calibrated by {shapes}; other shapes with NCCL's structure on "
-            f"{system.name}"
+            f"{system.name}{growth}"
         )
     if calibrations and all(c.nodes == 1 for cs in calibrations.values() for c in cs):
         lines.append(
