@@ -90,7 +90,8 @@ def _positive(name: str, value: float | None) -> float | None:
     multiple=True,
     metavar="RUN",
     help="another run on the same system (e.g. more nodes): it calibrates too, the nearest "
-    "measured node count predicting each row (repeatable)",
+    "measured node count predicting each row, two counts across nodes the growth between "
+    "them (repeatable)",
 )
 @click.option(
     "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json"])
