@@ -169,6 +169,13 @@ def test_two_node_counts_measure_the_growth_with_the_node_count() -> None:
                 assert abs(got.time_us / want - 1) < abs(alone.time_us / want - 1)
                 assert abs(got.time_us / want - 1) < 0.01, (nodes, size)
     assert carried >= 6
+    # below the smaller count a line through the two is not carried (it can fall under zero)
+    eight = calibrate(H100, "all_reduce", "float32", 8, 8, [(8, 400.0)], "x")
+    sixteen = calibrate(H100, "all_reduce", "float32", 16, 8, [(8, 900.0)], "x")
+    assert eight is not None and sixteen is not None
+    below = predict(H100, eight, 2, 8, 8.0, sixteen)
+    assert below.time_us > 0 and below.terms == predict(H100, eight, 2, 8, 8.0).terms
+    assert predict(H100, sixteen, 64, 8, 8.0, eight).time_us > 900
     # the measured time falling where the model's grows measures no growth: one count's
     falling = calibrate(H100, "all_reduce", "float32", 4, 8, [(8, 10.0)], "x")
     assert falling is not None

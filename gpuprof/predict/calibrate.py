@@ -324,10 +324,13 @@ def grown(
     1, 2: the smaller and larger count), at the same place on the calibration's axis
     (`message`). Only where NCCL picks the same algorithm and protocol at both counts and at
     the target, the model's time grows by at least GROWTH_MIN between the counts, and the
-    measured time grows with it; else None (one count's calibration applies)."""
+    measured time grows with it, and at or past the smaller count (below it a line through the
+    two can fall under zero); else None (one count's calibration applies)."""
     op, target = one.op, at_gpus(system, gpus)
     at = message(op, size, nodes * gpus)
     low, high = sorted((one, two), key=lambda c: c.nodes)
+    if nodes < low.nodes:
+        return None
     found = []
     for c in (low, high):
         sizes = [s for s, _ in c.measured if math.isclose(message(op, s, c.ranks), at)]
