@@ -15,7 +15,7 @@ import pytest
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import PRESETS, PUBLISHED_SYSTEMS, load_system, published_systems
 from gpuprof.predict.collectives import WhatIf
-from gpuprof.predict.nccl import OPS, collective
+from gpuprof.predict.nccl import OPS, collective, ll128_enabled
 from gpuprof.predict.published import LARGE, predicted, rows, scale_rows
 
 ROWS = rows()
@@ -87,6 +87,7 @@ def test_a_measured_floor_bounds_every_latency_and_fades_with_size(tmp_path: Pat
         ('name = "x"\ngpu = "H100"\n', "gpu, arch and gpus_per_node are required"),
         ('like = "dgx-a100"\narch = "volta"\n', "arch 'volta'"),
         ('like = "dgx-a100"\nfloor_us = -1\n', "floor_us >= 0"),
+        ('like = "dgx-a100"\nnic_path = "PCI"\n', "nic_path 'PCI'"),
     ],
 )
 def test_a_bad_system_file_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -233,6 +234,23 @@ def test_an_all_to_all_costs_a_message_per_peer() -> None:
     assert times[540] / times[256] == pytest.approx((540 * 4 - 4) / (256 * 4 - 4), rel=0.02)
     send = [collective(polaris, "sendrecv", n * 4, 4096.0).time_us for n in (2, 540)]
     assert send[1] == pytest.approx(send[0], rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("arch", "path", "across"),
+    [("ampere", "PIX", True), ("ampere", "PXB", True), ("ampere", "PXN", False),
+     ("ampere", "PHB", False), ("hopper", "PXN", True), ("hopper", "PHB", False),
+     ("blackwell", "NODE", False), ("blackwell", "SYS", False)],
+)  # fmt: skip
+def test_ll128_crosses_nodes_only_where_nccl_enables_it(arch: str, path: str, across: bool) -> None:
+    """src/graph/tuning.cc (2.8 to 2.30): LL128 across nodes only with the GPU-to-NIC path at
+    most PXB (from Hopper on, PXN); inside a node only over NVLink."""
+    base = {"ampere": "dgx-a100", "hopper": "dgx-h100", "blackwell": "dgx-b200"}[arch]
+    system = replace(PRESETS[base], nic_path=path)
+    assert ll128_enabled(system, 1) and ll128_enabled(system, 4) is across
+    assert not ll128_enabled(replace(system, nvlink_links=0), 1)
+    protocols = {collective(system, "all_reduce", 32, float(1 << k)).protocol for k in range(3, 34)}
+    assert ("LL128" in protocols) is across
 
 
 def test_the_published_systems_load_by_name_and_cite_their_source() -> None:

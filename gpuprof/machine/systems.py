@@ -26,6 +26,10 @@ else:  # Python 3.10: the same parser, as a package (a conditional dependency)
 
 ARCHS = ("ampere", "hopper", "blackwell")
 CPUS = ("intel", "amd", "arm")
+# the path between a GPU and its NIC as NCCL's topology names it, nearest first (src/graph/
+# topo.h PATH_*; nvidia-smi topo -m): one PCIe switch, several, another GPU's NVLink, the CPU,
+# host bridges of one NUMA node, across CPUs
+NIC_PATHS = ("PIX", "PXB", "PXN", "PHB", "NODE", "SYS")
 # an NCCL version as NCCL and nccl-tests print it: "2.28.9", "2.21.5+cuda12.4", "2.29"
 NCCL_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:[+~-][\w.+~-]*)?")
 
@@ -45,6 +49,7 @@ class System:
     nics_per_node: int = 0
     nic_gbps: float = 0.0  # each NIC's line rate, Gbit/s
     nic_pcie_gen: int = 5  # the GPU-to-NIC PCIe link (x16)
+    nic_path: str = "PIX"  # the GPU-to-NIC path (NIC_PATHS): NCCL enables LL128 by it
     collnet: bool = False  # in-network reduction (InfiniBand SHARP) enabled
     net_latency_us: float = 0.0  # what the network stack adds per message (NCCL's latencyInter)
     # the smallest collective's time measured on this system (e.g. nccl-tests all_reduce at
@@ -63,6 +68,10 @@ class System:
             )
         if self.cpu not in CPUS:
             raise UsageError(f"system {self.name}: cpu {self.cpu!r}", f"one of {', '.join(CPUS)}")
+        if self.nic_path not in NIC_PATHS:
+            raise UsageError(
+                f"system {self.name}: nic_path {self.nic_path!r}", f"one of {', '.join(NIC_PATHS)}"
+            )
         counts = (self.gpus_per_node, self.nvlink_links, self.nvlink_domain, self.nics_per_node)
         if self.gpus_per_node < 1 or min(counts) < 0 or self.nic_gbps < 0:
             raise UsageError(f"system {self.name}: counts and rates must be positive")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuprof.machine.systems import System
+from gpuprof.machine.systems import NIC_PATHS, System
 from gpuprof.predict import p2p_channels as p2p
 from gpuprof.predict.nccl_tuning import (
     ALGOS,
@@ -166,11 +166,25 @@ class _Shape:
         return ARCH_INDEX[self.system.arch]
 
 
+def ll128_enabled(system: System, nodes: int) -> bool:
+    """Whether NCCL enables LL128 (src/graph/tuning.cc ncclTopoTuneModel, 2.8 to 2.30): inside
+    a node only over NVLink; across nodes only where the GPU reaches its NIC through at most
+    PCIe switches (PXB; from Hopper on also through another GPU's NVLink, PXN)."""
+    if not system.nvlink_links:
+        return False
+    if nodes == 1:
+        return True
+    limit = "PXB" if system.arch == "ampere" else "PXN"
+    return NIC_PATHS.index(system.nic_path) <= NIC_PATHS.index(limit)
+
+
 def _busbw(shape: _Shape, algo: str, proto: str) -> float:
     """The algorithm's bus bandwidth with this protocol (NCCL's busBw before algBw), GB/s;
     0 when it does not apply."""
     system, nodes, p = shape.system, shape.nodes, _scale(shape.nodes)
     ar = shape.op == "all_reduce"
+    if proto == "LL128" and not ll128_enabled(system, nodes):
+        return 0.0
     if algo in ("tree",) and not ar:
         return 0.0
     if algo in ("nvls", "nvls_tree", "collnet_direct", "collnet_chain") and proto != "Simple":
