@@ -21,7 +21,7 @@ from gpuprof.predict.calibrate import (
     predict,
 )
 from gpuprof.predict.collectives import WhatIf
-from gpuprof.predict.network import CalibratedNetwork, SystemNetwork
+from gpuprof.predict.network import GROWN_BAND, CalibratedNetwork, SystemNetwork
 from gpuprof.predict.published import SIZE_CLASSES, held_out
 
 H100 = PRESETS["dgx-h100"]
@@ -199,6 +199,7 @@ def test_the_partner_is_another_count_of_the_same_op_across_domains() -> None:
     network = CalibratedNetwork(H100, tuple(pool), SystemNetwork(H100))
     got = network.collective("all_reduce", 64, 8, 8.0, "nccl")
     assert got.source == "4x8-16x8 + dgx-h100" and got.terms.startswith("measured at 4 and 16")
+    assert got.rel == GROWN_BAND
 
 
 def test_a_what_if_on_the_network_leaves_the_measurement() -> None:
@@ -271,6 +272,16 @@ def test_the_calibrated_band_is_the_held_out_error() -> None:
     assert errors[int(0.75 * len(errors))] == pytest.approx(CALIBRATED_BAND, abs=0.02)
 
 
+def test_the_grown_band_is_the_held_out_error_of_the_rows_carried() -> None:
+    """GROWN_BAND is the 75th percentile of the error of the rows carried between two
+    measured counts, held out past them (a constant, measured)."""
+    from gpuprof.predict.network import GROWN_BAND
+
+    carried = sorted(abs(h.error) for h in held_out(scales=2)[0] if h.carried)
+    assert len(carried) >= 230 and not any(h.carried for h in held_out()[0])
+    assert carried[int(0.75 * len(carried))] == pytest.approx(GROWN_BAND, abs=0.02)
+
+
 def test_held_out_from_the_two_smallest_node_counts() -> None:
     """`predict --calibrate-with`: two measured scales, each row from the nearest, with the
     growth between the two where it applies. Measured: 379 of 585 rows within 15% (8 systems
@@ -298,3 +309,4 @@ def test_the_assumptions_state_the_band_the_predictions_use() -> None:
 
     text = assumptions("nccl", None, PredictRequest(nodes=(2,)), H100, calibrated=True)[0]
     assert f"+-{CALIBRATED_BAND:.0%}" in text and f"+-{MODEL_BAND:.0%}" in text
+    assert f"+-{GROWN_BAND:.0%}" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuprof.machine.systems import System
 from gpuprof.predict.ddp import DDPBasis
-from gpuprof.predict.network import CALIBRATED_BAND, MODEL_BAND
+from gpuprof.predict.network import CALIBRATED_BAND, GROWN_BAND, MODEL_BAND
 from gpuprof.predict.whatifs import PredictRequest
 
 
@@ -47,7 +47,8 @@ def assumptions(
             + (
                 "; calibrated by the run's own measurement (latency x, transfer x per size, "
                 f"carried to other shapes): +-{CALIBRATED_BAND:.0%}, the 75th percentile of that "
-                "error on published results held out by scale (docs/validation.md)."
+                "error on published results held out by scale; carried between two measured node "
+                f"counts: +-{GROWN_BAND:.0%} (docs/validation.md)."
                 if calibrated
                 else "."
             )

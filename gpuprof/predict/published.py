@@ -87,6 +87,7 @@ class HeldOut:
     calibrated: float
     preset: float
     calibrated_at: int  # the node count that calibrated it
+    carried: bool = False  # carried between two measured counts (calibrate.grown)
 
     @property
     def error(self) -> float:
@@ -180,12 +181,12 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
             target = calibration_system(system, gpus)
             alone = nccl.collective(target, op, nodes * gpus, size, forced)
             chosen = choose(founds, nodes, gpus, system.domain)
-            got_us = None
+            answer = None
             if chosen:
                 other = partner(founds, chosen, nodes, system.domain)
-                got_us = predict_calibrated(system, chosen, nodes, gpus, size, other).time_us
+                answer = predict_calibrated(system, chosen, nodes, gpus, size, other)
             at = chosen.nodes if chosen else base
-            scored.append(
-                HeldOut(row, published_time(row), got_us or alone.time_us, alone.time_us, at)
-            )
+            got_us = answer.time_us if answer else alone.time_us
+            carried = bool(answer and answer.between)
+            scored.append(HeldOut(row, published_time(row), got_us, alone.time_us, at, carried))
     return scored, left
