@@ -338,7 +338,7 @@ def grown(
             return None
         time = dict(c.measured)[sizes[0]]
         try:
-            choice = nccl.collective(target, op, c.ranks, sizes[0], c.algorithm)
+            choice = nccl.collective(at_gpus(system, c.gpus), op, c.ranks, sizes[0], c.algorithm)
         except ValueError:
             return None
         found.append((time, choice))
