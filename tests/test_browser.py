@@ -124,16 +124,20 @@ def test_every_figure_draws_in_a_browser(tmp_path: Path, gp: Gp) -> None:
 def test_compare_and_trend_pages_draw_in_a_browser(
     tmp_path: Path, gp: Gp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Five small runs, the last with compute made 6x slower by the fault hook: the compare
+    """Five small runs, the last with compute made 30x slower by the fault hook: the compare
     page overlays both sides and marks the changed cases, the trend page marks the step.
     Four runs before it: a step is judged against the spread of the runs before it, and two
     runs on a busy machine (t with 1 degree of freedom) once left a 3x step inconclusive, and
-    a 3x step between two single runs once was too."""
+    a 3x step between two single runs once was too. A busy 2-core machine also swings a CPU's
+    compute rate 2-3x from run to run (0.054-0.148 TFLOPS over the four runs before the step,
+    with other work on the cores): the trend's threshold was then 5x and a 6x step, measured
+    4.3x against their median, was inconclusive. This test is about the pages, not the gate's
+    power (benchmarks/gate_rates.py measures that), so the step is far beyond such swings."""
     plan = ["--suite", "ci", "--probes", "memory,compute", "--gpus", "1", "--device", "cpu"]
     out = tmp_path / "runs"
     for i in range(5):
         if i == 4:
-            monkeypatch.setenv("GPUPROF_FAULT_SLOW", "6:compute/*")
+            monkeypatch.setenv("GPUPROF_FAULT_SLOW", "30:compute/*")
         args = ["sweep", *plan, "--out", out, "--no-report", "--no-telemetry"]
         assert gp(*args).code == 0
     runs = sorted(out.iterdir())
