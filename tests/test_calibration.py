@@ -182,6 +182,78 @@ def test_two_node_counts_measure_the_growth_with_the_node_count() -> None:
     assert predict(H100, falling, 32, 8, 8.0, two).terms == predict(H100, falling, 32, 8, 8.0).terms
 
 
+def test_growth_is_carried_only_where_its_conditions_hold() -> None:
+    """Measured at 2 and 4 nodes x 8, every op's time growing 40% faster than NCCL's model:
+    a carried row always has NCCL's algorithm and protocol the same at both counts and at the
+    target, model times at least 10% apart, and its own GPUs per node; where any of those
+    fails the row is the nearest count's calibration, and both kinds occur."""
+    sizes = [2**k for k in range(3, 34)]
+    made = {}
+    for n in (2, 4):
+        points = []
+        for s in sizes:
+            got = nccl.collective(H100, "all_reduce", n * 8, float(s))
+            points.append((s, 1.4 * got.time_us + 3.0 * n))
+        made[n] = calibrate(H100, "all_reduce", "float32", n, 8, points, "x")
+    two, four = made[2], made[4]
+    assert two is not None and four is not None
+    kinds = set()
+    for nodes in (8, 64, 512):
+        for size in (8.0, 64 << 10, 4 << 20, 256 << 20, 8 << 30):
+            got = predict(H100, four, nodes, 8, float(size), two)
+            picks = [nccl.collective(H100, "all_reduce", r, float(size)) for r in (16, 32)]
+            there = nccl.collective(H100, "all_reduce", nodes * 8, float(size))
+            same = {(c.algorithm, c.protocol) for c in (*picks, there)}
+            apart = abs(picks[1].time_us - picks[0].time_us) >= 0.1 * picks[1].time_us
+            carried = bool(got.between)
+            assert carried == (len(same) == 1 and apart), (nodes, size, same, apart)
+            kinds.add(carried)
+            if not carried:
+                assert got.time_us == predict(H100, four, nodes, 8, float(size)).time_us
+    assert kinds == {True, False}
+    # other GPUs per node than both were measured with: not carried
+    assert not predict(H100, four, 16, 4, 8.0, two).between
+
+
+def test_an_all_to_all_is_carried_at_the_same_message_a_peer() -> None:
+    """An all_to_all whose every time is 1.3 x NCCL's model + 5 us (a line through the model)
+    comes back exactly from two counts at the same message a peer, not the same buffer."""
+    sizes = [2**k for k in range(4, 31)]
+
+    def measured(nodes: int, size: float) -> float:
+        return 1.3 * nccl.collective(H100, "all_to_all", nodes * 8, size).time_us + 5.0
+
+    two, four = (
+        calibrate(H100, "all_to_all", "float32", n, 8, [(s, measured(n, s)) for s in sizes], "x")
+        for n in (2, 4)
+    )
+    assert two is not None and four is not None
+    for nodes in (8, 32):
+        for per_peer in (64, 4096):
+            size = float(per_peer * nodes * 8)
+            got = predict(H100, four, nodes, 8, size, two)
+            assert got.between == (2, 4), (nodes, per_peer)
+            assert got.time_us == pytest.approx(measured(nodes, size), rel=1e-6)
+
+
+def test_the_notes_of_a_run_inside_one_node_say_no_growth() -> None:
+    """One node's calibration (no network crossed) and two counts of other GPUs per node
+    carry nothing between them; the notes say so without failing."""
+    from gpuprof.predict.calibrations import calibration_notes
+
+    one = calibrate(H100, "all_reduce", "float32", 1, 8, [(8, 20.0)], "x")
+    two = calibrate(H100, "all_reduce", "float32", 2, 8, [(8, 30.0)], "x")
+    four = calibrate(H100, "all_reduce", "float32", 4, 4, [(8, 40.0)], "x")
+    assert one is not None and two is not None and four is not None
+    for found in ([one], [one, two], [two, four]):
+        notes = calibration_notes({("all_reduce", "float32"): found}, H100)
+        assert notes and not any("measured across nodes" in n for n in notes)
+    eight = calibrate(H100, "all_reduce", "float32", 8, 8, [(8, 50.0)], "x")
+    assert eight is not None
+    notes = calibration_notes({("all_reduce", "float32"): [one, two, four, eight]}, H100)
+    assert any("measured across nodes at 2 and 8 nodes x 8" in n for n in notes)
+
+
 def test_the_partner_is_another_count_of_the_same_op_across_domains() -> None:
     made = {
         (n, g, algorithm): calibrate(

@@ -335,6 +335,21 @@ def test_a_second_run_calibrates_the_node_counts_nearest_it(gp: Gp, tmp_path: Pa
     assert refused.code == 2
 
 
+def test_a_run_inside_one_node_predicts(gp: Gp, tmp_path: Path) -> None:
+    """A log of one node (no network crossed) imported with --hardware: predict works and says
+    the network comes from the preset (its notes once failed on a run with no count across
+    nodes)."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    lines = [line for line in log.read_text().splitlines() if "Rank " not in line]
+    (tmp_path / "all_reduce_1n.log").write_text("\n".join(lines) + "\n")
+    (one,) = _import(gp, tmp_path / "runs", tmp_path / "all_reduce_1n.log", "--hardware",
+                     "dgx-h100", "--nodes", "1", "--gpus", "8")  # fmt: skip
+    got = gp("predict", one, "--nodes", "1,4", "--sizes", "1M", "--format", "json")
+    assert got.code == 0, got.err
+    notes = json.loads(got.out)["notes"]
+    assert any("crossed no network" in n for n in notes)
+
+
 def test_an_all_to_all_under_another_name_says_how_to_name_it(gp: Gp, tmp_path: Path) -> None:
     """all_gather and alltoall print alike and old logs have no test line: the file's name
     decides, and a name that does not says what to call it; nothing is written."""

@@ -249,8 +249,19 @@ def test_ll128_crosses_nodes_only_where_nccl_enables_it(arch: str, path: str, ac
     system = replace(PRESETS[base], nic_path=path)
     assert ll128_enabled(system, 1) and ll128_enabled(system, 4) is across
     assert not ll128_enabled(replace(system, nvlink_links=0), 1)
+    assert ll128_enabled(replace(system, nvlink_links=0), 1, ppn=1)  # one GPU a node
     protocols = {collective(system, "all_reduce", 32, float(1 << k)).protocol for k in range(3, 34)}
     assert ("LL128" in protocols) is across
+
+
+def test_ll128_over_grace_c2c_from_nccl_2_27() -> None:
+    """P2C (a Grace CPU's NIC over NVLink-C2C) came with NCCL 2.27, which enables LL128 over
+    it on Hopper and newer; before, NCCL calls that path PHB."""
+    gh200 = replace(PRESETS["dgx-h100"], nic_path="P2C")
+    assert ll128_enabled(replace(gh200, nccl="2.28.9"), 4)
+    assert ll128_enabled(gh200, 4)  # the newest rules where no version is said
+    assert not ll128_enabled(replace(gh200, nccl="2.23.4"), 4)
+    assert not ll128_enabled(replace(gh200, arch="ampere", nccl="2.28.9"), 4)
 
 
 def test_the_published_systems_load_by_name_and_cite_their_source() -> None:

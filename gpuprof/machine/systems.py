@@ -27,9 +27,10 @@ else:  # Python 3.10: the same parser, as a package (a conditional dependency)
 ARCHS = ("ampere", "hopper", "blackwell")
 CPUS = ("intel", "amd", "arm")
 # the path between a GPU and its NIC as NCCL's topology names it, nearest first (src/graph/
-# topo.h PATH_*; nvidia-smi topo -m): one PCIe switch, several, another GPU's NVLink, the CPU,
-# host bridges of one NUMA node, across CPUs
-NIC_PATHS = ("PIX", "PXB", "PXN", "PHB", "NODE", "SYS")
+# topo.h PATH_*; NODE as nvidia-smi topo -m says it, NCCL's PHB): one PCIe switch, several,
+# PCIe to a Grace CPU's NVLink-C2C (NCCL 2.27 on), another GPU's NVLink, the CPU, host bridges
+# of one NUMA node, across CPUs
+NIC_PATHS = ("PIX", "PXB", "P2C", "PXN", "PHB", "NODE", "SYS")
 # an NCCL version as NCCL and nccl-tests print it: "2.28.9", "2.21.5+cuda12.4", "2.29"
 NCCL_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:[+~-][\w.+~-]*)?")
 

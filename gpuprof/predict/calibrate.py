@@ -322,14 +322,15 @@ def grown(
     """The time of `size` bytes at nodes x gpus from its times measured at two node counts,
     carried along NCCL's model: `t2 + (t2 - t1) (M - M2) / (M2 - M1)` (M: the model's time;
     1, 2: the smaller and larger count), at the same place on the calibration's axis
-    (`message`). Only where NCCL picks the same algorithm and protocol at both counts and at
-    the target, the model's time grows by at least GROWTH_MIN between the counts, and the
-    measured time grows with it, and at or past the smaller count (below it a line through the
-    two can fall under zero); else None (one count's calibration applies)."""
+    (`message`). Only at the GPUs per node both were measured with, where NCCL picks the same
+    algorithm and protocol at both counts and at the target, the model's times at the counts
+    differ by at least GROWTH_MIN (of the larger count's) and the measured times move the same
+    way, at or past the smaller count, and where the result is positive (below the counts a
+    line through the two can fall under zero); else None (one count's calibration applies)."""
     op, target = one.op, at_gpus(system, gpus)
     at = message(op, size, nodes * gpus)
     low, high = sorted((one, two), key=lambda c: c.nodes)
-    if nodes < low.nodes:
+    if nodes < low.nodes or not gpus == low.gpus == high.gpus:
         return None
     found = []
     for c in (low, high):
@@ -356,7 +357,8 @@ def grown(
     m1, m2 = c1.time_us, c2.time_us
     if abs(m2 - m1) < GROWTH_MIN * m2 or (t2 - t1) / (m2 - m1) <= 0:
         return None
-    return t2 + (t2 - t1) * (there.time_us - m2) / (m2 - m1)
+    carried = t2 + (t2 - t1) * (there.time_us - m2) / (m2 - m1)
+    return carried if carried > 0 else None
 
 
 # NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) -> the model's

@@ -74,6 +74,18 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
     return found
 
 
+def _pairable(
+    found: list[Calibration], domain: int
+) -> dict[tuple[int, str | None], list[Calibration]]:
+    """The calibrations across NVLink domains by GPUs per node and forced algorithm: those of
+    one group measure the growth between their node counts (calibrate.partner)."""
+    groups: dict[tuple[int, str | None], list[Calibration]] = {}
+    for c in found:
+        if c.ranks > domain:
+            groups.setdefault((c.gpus, c.algorithm), []).append(c)
+    return groups
+
+
 def calibration_notes(
     calibrations: dict[tuple[str, str], list[Calibration]], system: System
 ) -> list[str]:
@@ -83,15 +95,16 @@ def calibration_notes(
         shapes = "; ".join(
             f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found
         )
-        across = sorted({c.nodes for c in found if c.ranks > system.domain})
-        counts = ", ".join(str(n) for n in across[:-1]) + f" and {across[-1]}"
-        growth = (
-            f"; measured across nodes at {counts} nodes: a size measured at the two counts "
-            "nearest a row is carried along NCCL's model between them, where NCCL keeps its "
-            "algorithm and protocol"
-            if len(across) > 1
-            else ""
-        )
+        growth = ""
+        for (gpus, _), group in _pairable(found, system.domain).items():
+            counts = sorted({c.nodes for c in group})
+            if len(counts) > 1:
+                listed = ", ".join(str(n) for n in counts[:-1]) + f" and {counts[-1]}"
+                growth = (
+                    f"; measured across nodes at {listed} nodes x {gpus}: a size measured at "
+                    "the two counts nearest a row is carried along NCCL's model between them, "
+                    "where NCCL keeps its algorithm and protocol"
+                )
         lines.append(
             f"{op} {dtype} calibrated by {shapes}; other shapes with NCCL's structure on "
             f"{system.name}{growth}"

@@ -166,16 +166,20 @@ class _Shape:
         return ARCH_INDEX[self.system.arch]
 
 
-def ll128_enabled(system: System, nodes: int) -> bool:
+def ll128_enabled(system: System, nodes: int, ppn: int = 2) -> bool:
     """Whether NCCL enables LL128 (src/graph/tuning.cc ncclTopoTuneModel, 2.8 to 2.30): inside
-    a node only over NVLink; across nodes only where the GPU reaches its NIC through at most
-    PCIe switches (PXB; from Hopper on also through another GPU's NVLink, PXN)."""
-    if not system.nvlink_links:
+    a node only over NVLink (or with one GPU a node); across nodes only where the GPU reaches
+    its NIC through at most PCIe switches (PXB; from Hopper on also PXN, and from 2.27 P2C,
+    which NCCL before 2.27 names PHB)."""
+    if not system.nvlink_links and ppn > 1:
         return False
     if nodes == 1:
         return True
+    path = system.nic_path
+    if path == "P2C" and (system.nccl_release or (2, 27)) < (2, 27):
+        path = "PHB"
     limit = "PXB" if system.arch == "ampere" else "PXN"
-    return NIC_PATHS.index(system.nic_path) <= NIC_PATHS.index(limit)
+    return NIC_PATHS.index(path) <= NIC_PATHS.index(limit)
 
 
 def _busbw(shape: _Shape, algo: str, proto: str) -> float:
@@ -183,7 +187,7 @@ def _busbw(shape: _Shape, algo: str, proto: str) -> float:
     0 when it does not apply."""
     system, nodes, p = shape.system, shape.nodes, _scale(shape.nodes)
     ar = shape.op == "all_reduce"
-    if proto == "LL128" and not ll128_enabled(system, nodes):
+    if proto == "LL128" and not ll128_enabled(system, nodes, shape.ppn):
         return 0.0
     if algo in ("tree",) and not ar:
         return 0.0
