@@ -109,8 +109,8 @@ def test_one_nvlink_domain_calibrates_inside_one_domain_only() -> None:
         H100, "all_reduce", "float32", 1, 8, _measured(H100, "all_reduce", 1, 2, 2), "x"
     )
     assert inside is not None
-    assert choose([inside], 1, 8, H100.domain) is inside
-    assert choose([inside], 2, 8, H100.domain) is None  # it crossed no network
+    assert choose([inside], 1, 8, H100) is inside
+    assert choose([inside], 2, 8, H100) is None  # it crossed no network
     network = CalibratedNetwork(H100, (inside,), SystemNetwork(H100))
     across = network.collective("all_reduce", 4, 8, float(1 << 30), "nccl")
     assert across.source == "preset dgx-h100" and across.terms == ""
@@ -119,9 +119,7 @@ def test_one_nvlink_domain_calibrates_inside_one_domain_only() -> None:
     rack = PRESETS["gb200-nvl72"]  # 16 trays of 4: one NVLink domain, no network
     trays = calibrate(rack, "all_reduce", "float32", 2, 4, [(1 << 30, 3000.0)], "x")
     assert trays is not None
-    assert (
-        choose([trays], 16, 4, rack.domain) is trays and choose([trays], 32, 4, rack.domain) is None
-    )
+    assert choose([trays], 16, 4, rack) is trays and choose([trays], 32, 4, rack) is None
 
 
 def test_the_nearest_measured_node_count_calibrates() -> None:
@@ -130,9 +128,15 @@ def test_the_nearest_measured_node_count_calibrates() -> None:
         for n in (2, 8)
     )
     assert two is not None and eight is not None
-    assert choose([two, eight], 4, 8, 8) is two  # a tie in log2: the one below
-    assert choose([two, eight], 64, 8, 8) is eight and choose([two, eight], 3, 8, 8) is two
-    assert choose([two, eight], 8, 8, 8) is eight
+    assert choose([two, eight], 4, 8, H100) is two  # a tie in log2: the one below
+    assert choose([two, eight], 64, 8, H100) is eight and choose([two, eight], 3, 8, H100) is two
+    assert choose([two, eight], 8, 8, H100) is eight
+    # part of each node across nodes crossed the network, part of one node did not: 4 x 2 is
+    # as many ranks as a node has and still crosses nodes (once counted as one NVLink domain)
+    halves = calibrate(H100, "all_reduce", "float32", 2, 2, [(8, 30.0)], "x")
+    pair = calibrate(H100, "all_reduce", "float32", 1, 2, [(8, 10.0)], "x")
+    assert halves is not None and pair is not None
+    assert choose([halves, pair], 4, 2, H100) is halves and choose([pair], 4, 2, H100) is None
 
 
 def _growing(nodes: int, size: float, extra: float) -> float:
@@ -159,7 +163,7 @@ def test_two_node_counts_measure_the_growth_with_the_node_count() -> None:
     assert two is not None and four is not None
     carried = 0
     for nodes in (8, 32, 256):
-        assert partner([two, four], four, nodes, H100.domain) is two
+        assert partner([two, four], four, nodes, H100) is two
         for size in (8.0, 64.0, 1024.0):
             got = predict(H100, four, nodes, 8, size, two)
             alone = predict(H100, four, nodes, 8, size)
@@ -252,6 +256,12 @@ def test_the_notes_of_a_run_inside_one_node_say_no_growth() -> None:
     assert eight is not None
     notes = calibration_notes({("all_reduce", "float32"): [one, two, four, eight]}, H100)
     assert any("measured across nodes at 2 and 8 nodes x 8" in n for n in notes)
+    assert not any("crossed no network" in n for n in notes)
+    rack = PRESETS["gb200-nvl72"]  # two trays of one rack: one NVLink domain, no network
+    trays = calibrate(rack, "all_reduce", "float32", 2, 4, [(8, 12.0)], "x")
+    assert trays is not None
+    notes = calibration_notes({("all_reduce", "float32"): [trays]}, rack)
+    assert any("crossed no network" in n for n in notes)
 
 
 def test_the_partner_is_another_count_of_the_same_op_across_domains() -> None:
@@ -263,11 +273,11 @@ def test_the_partner_is_another_count_of_the_same_op_across_domains() -> None:
                                 (8, 4, None), (8, 8, "ring")]
     }  # fmt: skip
     pool = [c for c in made.values() if c is not None]
-    assert partner(pool, made[(4, 8, None)], 64, 8) is made[(16, 8, None)]
-    assert partner(pool, made[(4, 8, None)], 3, 8) is made[(2, 8, None)]
-    assert partner(pool, made[(1, 8, None)], 1, 8) is None  # inside one domain: no network
-    assert partner(pool, made[(8, 8, "ring")], 64, 8) is None  # forced ring: measured once
-    assert partner(pool, made[(8, 4, None)], 64, 8) is None  # 4 GPUs a node: measured once
+    assert partner(pool, made[(4, 8, None)], 64, H100) is made[(16, 8, None)]
+    assert partner(pool, made[(4, 8, None)], 3, H100) is made[(2, 8, None)]
+    assert partner(pool, made[(1, 8, None)], 1, H100) is None  # inside one domain: no network
+    assert partner(pool, made[(8, 8, "ring")], 64, H100) is None  # forced ring: measured once
+    assert partner(pool, made[(8, 4, None)], 64, H100) is None  # 4 GPUs a node: measured once
     network = CalibratedNetwork(H100, tuple(pool), SystemNetwork(H100))
     got = network.collective("all_reduce", 64, 8, 8.0, "nccl")
     assert got.source == "4x8-16x8 + dgx-h100" and got.terms.startswith("measured at 4 and 16")

@@ -268,22 +268,23 @@ def predict(
     return Calibrated(choice, time, factor / time, False, terms)
 
 
+def crosses(system: System, nodes: int, gpus: int) -> bool:
+    """Whether nodes x gpus of `system` span more than one NVLink domain (what NCCL calls a
+    node: a node, or the trays of one GB200 rack), so crossed its network."""
+    return nodes * gpus > at_gpus(system, gpus).domain
+
+
 def choose(
-    calibrations: list[Calibration], nodes: int, gpus: int, domain: int
+    calibrations: list[Calibration], nodes: int, gpus: int, system: System
 ) -> Calibration | None:
-    """The calibration for nodes x gpus (`domain`: GPUs in one NVLink domain, what NCCL calls
-    a node): the measurement at that very shape; else one that crossed domains as the target
-    does (one NVLink domain's measurement says nothing of the network), the nearest in node
-    count (the one below on a tie), then the same GPUs per node; for a target inside one
-    domain, one inside one domain first. None where only one domain was measured and the
-    target crosses domains."""
-
-    def domains(ranks: int) -> int:
-        return max(1, math.ceil(ranks / domain))
-
-    crosses = domains(nodes * gpus) > 1
-    pool = [c for c in calibrations if (domains(c.ranks) > 1) == crosses]
-    if not pool and not crosses:
+    """The calibration for nodes x gpus of `system`: the measurement at that very shape; else
+    one that crossed NVLink domains as the target does (one domain's measurement says nothing
+    of the network), the nearest in node count (the one below on a tie), then the same GPUs
+    per node; for a target inside one domain, one inside one domain first. None where only
+    one domain was measured and the target crosses domains."""
+    across = crosses(system, nodes, gpus)
+    pool = [c for c in calibrations if crosses(system, c.nodes, c.gpus) == across]
+    if not pool and not across:
         pool = list(calibrations)
     if not pool:
         return None
@@ -296,20 +297,20 @@ def choose(
 
 
 def partner(
-    calibrations: list[Calibration], chosen: Calibration, nodes: int, domain: int
+    calibrations: list[Calibration], chosen: Calibration, nodes: int, system: System
 ) -> Calibration | None:
     """The measurement that with `chosen` measures how the op grows with the node count: of
     the same op, algorithm and GPUs per node, at another node count, crossing NVLink domains
     as `chosen` does, the nearest `nodes`. None where there is no such measurement, or
     `chosen` crossed no domain (the growth is the network's)."""
-    if chosen.ranks <= domain:
+    if not crosses(system, chosen.nodes, chosen.gpus):
         return None
     pool = [
         c
         for c in calibrations
         if (c.op, c.algorithm, c.gpus) == (chosen.op, chosen.algorithm, chosen.gpus)
         and c.nodes != chosen.nodes
-        and c.ranks > domain
+        and crosses(system, c.nodes, c.gpus)
     ]
     if not pool:
         return None

@@ -9,7 +9,7 @@ from typing import Any
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system, nccl_version_in, system_from_dict
-from gpuprof.predict.calibrate import Calibration, calibrate, forced_algorithm
+from gpuprof.predict.calibrate import Calibration, calibrate, crosses, forced_algorithm
 from gpuprof.predict.nccl import OPS, P2P_OPS
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
@@ -75,13 +75,13 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
 
 
 def _pairable(
-    found: list[Calibration], domain: int
+    found: list[Calibration], system: System
 ) -> dict[tuple[int, str | None], list[Calibration]]:
     """The calibrations across NVLink domains by GPUs per node and forced algorithm: those of
     one group measure the growth between their node counts (calibrate.partner)."""
     groups: dict[tuple[int, str | None], list[Calibration]] = {}
     for c in found:
-        if c.ranks > domain:
+        if crosses(system, c.nodes, c.gpus):
             groups.setdefault((c.gpus, c.algorithm), []).append(c)
     return groups
 
@@ -96,7 +96,7 @@ def calibration_notes(
             f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found
         )
         growth = ""
-        for (gpus, _), group in _pairable(found, system.domain).items():
+        for (gpus, _), group in _pairable(found, system).items():
             counts = sorted({c.nodes for c in group})
             if len(counts) > 1:
                 listed = ", ".join(str(n) for n in counts[:-1]) + f" and {counts[-1]}"
@@ -109,7 +109,9 @@ def calibration_notes(
             f"{op} {dtype} calibrated by {shapes}; other shapes with NCCL's structure on "
             f"{system.name}{growth}"
         )
-    if calibrations and all(c.nodes == 1 for cs in calibrations.values() for c in cs):
+    if calibrations and not any(
+        crosses(system, c.nodes, c.gpus) for cs in calibrations.values() for c in cs
+    ):
         lines.append(
             "the run crossed no network: across nodes the preset alone (measure 2 nodes, or "
             "import their nccl-tests logs, to calibrate the network)"

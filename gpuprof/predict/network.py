@@ -120,11 +120,11 @@ class CalibratedNetwork:
     fallback: Network
 
     def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
-        chosen = calibrate.choose(list(self.calibrations), nodes, gpus, self.system.domain)
+        chosen = calibrate.choose(list(self.calibrations), nodes, gpus, self.system)
         if chosen is None:
             return self.fallback.collective(op, nodes, gpus, size, backend)
         pool = list(self.calibrations)
-        other = calibrate.partner(pool, chosen, nodes, self.system.domain)
+        other = calibrate.partner(pool, chosen, nodes, self.system)
         got = calibrate.predict(self.system, chosen, nodes, gpus, size, other)
         counts = got.between or (chosen.nodes,)
         shape = "-".join(f"{n}x{chosen.gpus}" for n in counts)

@@ -180,10 +180,10 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
             size = float(row["size_bytes"])
             target = calibration_system(system, gpus)
             alone = nccl.collective(target, op, nodes * gpus, size, forced)
-            chosen = choose(founds, nodes, gpus, system.domain)
+            chosen = choose(founds, nodes, gpus, system)
             answer = None
             if chosen:
-                other = partner(founds, chosen, nodes, system.domain)
+                other = partner(founds, chosen, nodes, system)
                 answer = predict_calibrated(system, chosen, nodes, gpus, size, other)
             at = chosen.nodes if chosen else base
             got_us = answer.time_us if answer else alone.time_us
