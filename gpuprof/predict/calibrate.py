@@ -251,7 +251,7 @@ def predict(
             if measured_size == size:
                 return Calibrated(choice, time, factor / time, True, "as measured")
     if other is not None:
-        carried = grown(system, calibration, other, nodes, gpus, size)
+        carried = grown(system, calibration, other, nodes, gpus, size, choice)
         if carried is not None:
             low, high = sorted((calibration.nodes, other.nodes))
             terms = f"measured at {low} and {high} nodes, carried along NCCL's growth"
@@ -318,7 +318,13 @@ def partner(
 
 
 def grown(
-    system: System, one: Calibration, two: Calibration, nodes: int, gpus: int, size: float
+    system: System,
+    one: Calibration,
+    two: Calibration,
+    nodes: int,
+    gpus: int,
+    size: float,
+    there: nccl.Choice,
 ) -> float | None:
     """The time of `size` bytes at nodes x gpus from its times measured at two node counts,
     carried along NCCL's model: `t2 + (t2 - t1) (M - M2) / (M2 - M1)` (M: the model's time;
@@ -327,7 +333,8 @@ def grown(
     algorithm and protocol at both counts and at the target, the model's times at the counts
     differ by at least GROWTH_MIN (of the larger count's) and the measured times move the same
     way, at or past the smaller count, and where the result is positive (below the counts a
-    line through the two can fall under zero); else None (one count's calibration applies)."""
+    line through the two can fall under zero); else None (one count's calibration applies).
+    `there`: NCCL's choice at the target, as `predict` made it."""
     op, target = one.op, at_gpus(system, gpus)
     at = message(op, size, nodes * gpus)
     low, high = sorted((one, two), key=lambda c: c.nodes)
@@ -335,19 +342,16 @@ def grown(
         return None
     found = []
     for c in (low, high):
-        sizes = [s for s, _ in c.measured if math.isclose(message(op, s, c.ranks), at)]
-        if not sizes:
+        point = next(
+            ((s, t) for s, t in c.measured if math.isclose(message(op, s, c.ranks), at)), None
+        )
+        if point is None:
             return None
-        time = dict(c.measured)[sizes[0]]
         try:
-            choice = nccl.collective(at_gpus(system, c.gpus), op, c.ranks, sizes[0], c.algorithm)
+            choice = nccl.collective(target, op, c.ranks, point[0], c.algorithm)
         except ValueError:
             return None
-        found.append((time, choice))
-    try:
-        there = nccl.collective(target, op, nodes * gpus, size, one.algorithm)
-    except ValueError:
-        return None
+        found.append((point[1], choice))
     (t1, c1), (t2, c2) = found
     if (
         not (c1.algorithm, c1.protocol)

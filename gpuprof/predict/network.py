@@ -120,10 +120,10 @@ class CalibratedNetwork:
     fallback: Network
 
     def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
-        chosen = calibrate.choose(list(self.calibrations), nodes, gpus, self.system)
+        pool = list(self.calibrations)
+        chosen = calibrate.choose(pool, nodes, gpus, self.system)
         if chosen is None:
             return self.fallback.collective(op, nodes, gpus, size, backend)
-        pool = list(self.calibrations)
         other = calibrate.partner(pool, chosen, nodes, self.system)
         got = calibrate.predict(self.system, chosen, nodes, gpus, size, other)
         counts = got.between or (chosen.nodes,)

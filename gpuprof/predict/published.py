@@ -71,8 +71,6 @@ def checked() -> tuple[Checked, ...]:
 
 
 SCALES = DATA.parent / "published_scales.tsv"
-
-
 SIZE_CLASSES = (("small (< 1 MiB)", 0, 1 << 20), ("mid (1-256 MiB)", 1 << 20, LARGE),
                 ("large (>= 256 MiB)", LARGE, 1 << 62))  # fmt: skip
 
