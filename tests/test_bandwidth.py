@@ -117,3 +117,56 @@ def test_summary_groups_like_a_groupby_on_every_row() -> None:
     summary = summarize_collectives(frame).set_index("size_bytes")
     expected = frame.groupby(["size_bytes", "iteration"])["time_us"].max().groupby(level=0)
     assert summary["time_us"].to_dict() == expected.median().to_dict()
+
+
+def _curve(
+    times: dict[bool, list[tuple[int, float, float]]], op: str = "all_reduce"
+) -> pd.DataFrame:
+    """A collectives summary of one shape: per in_place, (size, median us, p99 us) rows."""
+    rows = [
+        {
+            "op": op, "dtype": "float32", "redop": "sum", "scope": "global", "group": "all",
+            "world_size": 8, "num_nodes": 2, "in_place": place, "size_bytes": size,
+            "time_us": median, "time_us_p99": p99,
+        }
+        for place, points in times.items()
+        for size, median, p99 in points
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_slow_size_is_a_step_past_its_bytes_in_both_places() -> None:
+    from gpuprof.analysis.bandwidth import slow_steps
+
+    # Polaris's 2-node all_reduce (alcf-nccl-tests): 64 KiB 78.5 us, 128 KiB 370.8 us
+    jump = [(32768, 66.4, 66.4), (65536, 78.5, 78.5), (131072, 370.8, 370.8)]
+    (row,) = slow_steps(_curve({False: jump, True: jump})).itertuples()
+    assert (row.size_small, row.size_large, row.kind) == (65536, 131072, "jump")
+    assert row.ratio == pytest.approx(370.8 / 78.5)
+    # in one place only, where both were measured: one curve's outlier, not a step
+    flat = [(32768, 66.4, 66.4), (65536, 78.5, 78.5), (131072, 90.0, 90.0)]
+    assert slow_steps(_curve({False: jump, True: flat})).empty
+    # within the smaller size's slowest iterations: noise
+    noisy = [(65536, 78.5, 300.0), (131072, 370.8, 400.0)]
+    assert slow_steps(_curve({False: noisy})).empty
+    # the margin is over the bytes: 4x the bytes may take 5x the time, not 6.5x
+    assert slow_steps(_curve({False: [(1 << 16, 10.0, 10.0), (1 << 18, 50.0, 50.0)]})).empty
+    (big,) = slow_steps(
+        _curve({False: [(1 << 16, 10.0, 10.0), (1 << 18, 65.0, 65.0)]})
+    ).itertuples()
+    assert big.kind == "jump"
+
+
+def test_a_smaller_size_slower_than_a_larger_one_is_a_drop() -> None:
+    from gpuprof.analysis.bandwidth import slow_steps
+
+    # NVIDIA/nccl issue 2441: 1,000,000 B 343.55 / 330.00 us, 1,100,000 B 152.97 / 155.83 us
+    out = [(900000, 320.81, 320.81), (1000000, 343.55, 343.55), (1100000, 152.97, 152.97)]
+    inp = [(900000, 320.50, 320.50), (1000000, 330.00, 330.00), (1100000, 155.83, 155.83)]
+    (row,) = slow_steps(_curve({False: out, True: inp})).itertuples()
+    assert (row.size_small, row.size_large, row.kind) == (1000000, 1100000, "drop")
+    assert (row.time_small, row.time_large) == (343.55, 152.97)  # out of place first
+    # a drop in one place and a jump in the other is not one step
+    assert slow_steps(
+        _curve({False: out, True: [(1000000, 100.0, 100.0), (1100000, 400.0, 400.0)]})
+    ).empty

@@ -361,3 +361,56 @@ def test_an_all_to_all_under_another_name_says_how_to_name_it(gp: Gp, tmp_path: 
     (tmp_path / "alltoall_perf.log").write_text(text)
     (run_dir,) = _import(gp, tmp_path / "runs", tmp_path / "alltoall_perf.log")
     assert set(summarize_run(open_run(run_dir), "collectives")["op"]) == {"all_to_all"}
+
+
+def test_a_slow_size_of_a_real_log_is_a_finding_and_noise_is_not(gp: Gp, tmp_path: Path) -> None:
+    """NVIDIA/nccl issue 2441's log: 1,000,000 B took 2.2x the time of 1,100,000 B in both
+    places, the report says so first; the noisy log 07 (one place's outliers at 8 B and
+    256 B, the other place smooth) has no slow size."""
+    (slow,) = _import(gp, tmp_path / "a", LOGS / "08_nccl2441_v2.18.3_newest_2nodes_stepbytes.txt")
+    page = (tmp_path / "slow.html").as_posix()
+    assert gp("report", slow, "-o", page).code == 0
+    text = Path(page).read_text()
+    assert (
+        "First finding: all_reduce over 4 ranks on 2 node(s): 1,000,000 B takes 2.2x the time "
+        "of the larger 1,100,000 B (343.6 against 153.0 us): the smaller size is slow" in text
+    )
+    assert "NCCL_DEBUG_SUBSYS=TUNING" in text
+    from gpuprof.advice.collectives import findings
+    from gpuprof.analysis.summary import Analyzed
+
+    (noisy,) = _import(
+        gp, tmp_path / "b", LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    )
+    assert not [f for f in findings(Analyzed(open_run(noisy))) if "the time of" in f]
+
+
+def test_a_slow_size_at_nccls_switch_names_the_choice_to_force() -> None:
+    """Where the run names its system, the finding says what NCCL's model picks on each side:
+    on Polaris at 2 x 4 GPUs it changes from tree/LL to ring/LL between 64 and 128 KiB, where
+    alcf-nccl-tests measured 78.5 and 370.8 us."""
+    import pandas as pd
+
+    from gpuprof.advice.collectives import step_findings
+    from gpuprof.machine.systems import load_system
+
+    step = {
+        "op": "all_reduce", "dtype": "float32", "redop": "sum", "scope": "global",
+        "group": "all", "world_size": 8, "num_nodes": 2, "size_small": 65536.0,
+        "size_large": 131072.0, "time_small": 78.5, "time_large": 370.8,
+        "ratio": 370.8 / 78.5, "kind": "jump",
+    }  # fmt: skip
+    (text,) = step_findings(pd.DataFrame([step]), {"backend": "nccl"}, load_system("polaris"))
+    assert text.startswith(
+        "all_reduce over 8 ranks on 2 node(s): 128 KiB takes 4.7x the time of 64 KiB (370.8 "
+        "against 78.5 us), more than 2x the bytes explain."
+    )
+    assert "changes from tree/LL to ring/LL between them" in text
+    assert "again with NCCL_ALGO=Tree NCCL_PROTO=LL;" in text
+    # the same step where NCCL's model keeps its choice (8 KiB -> 16 KiB: tree/LL on both)
+    kept = dict(step, size_small=8192.0, size_large=16384.0)
+    (text,) = step_findings(pd.DataFrame([kept]), {"backend": "nccl"}, load_system("polaris"))
+    assert "keeps tree/LL on both sides" in text and "NCCL_ALGO=" not in text
+    # a gloo run: nothing about NCCL
+    (text,) = step_findings(pd.DataFrame([step]), {"backend": "gloo"}, None)
+    assert text.endswith("Run it again to see whether it repeats.")

@@ -1,4 +1,6 @@
-"""Collectives: all_reduce busbw on a full NVLink node against the reference for that GPU."""
+"""Collectives: all_reduce busbw on a full NVLink node against the reference for that GPU, and
+the sizes where a curve's time moves against its bytes (a slow size), with NCCL's own choice of
+algorithm and protocol on each side where the run names its system."""
 
 from __future__ import annotations
 
@@ -7,9 +9,26 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis import gpu_model
+from gpuprof.analysis.bandwidth import slow_steps
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.machine.hardware import gpu_peaks
+from gpuprof.machine.systems import System
+from gpuprof.predict import nccl
+from gpuprof.predict.calibrate import at_gpus
+from gpuprof.predict.calibrations import run_system
 from gpuprof.units import format_size
+
+SHOWN_STEPS = 3  # slow sizes named one by one; the rest counted
+# the model's algorithm names -> NCCL_ALGO's (src/graph/tuning.cc ncclAlgoStr)
+NCCL_ALGO = {
+    "ring": "Ring",
+    "tree": "Tree",
+    "nvls": "NVLS",
+    "nvls_tree": "NVLSTree",
+    "collnet_direct": "CollnetDirect",
+    "collnet_chain": "CollnetChain",
+    "pat": "PAT",
+}
 
 
 def collective_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str]:
@@ -49,8 +68,89 @@ def collective_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str
     ]
 
 
+def _choice(system: System | None, row: pd.Series, size: float) -> nccl.Choice | None:
+    """NCCL's choice for the step's op at `size` on the run's shape, by its own model (None
+    without a system, or for an op outside NCCL's tuning model)."""
+    world, nodes = int(row["world_size"]), int(row["num_nodes"])
+    if system is None or row["op"] not in nccl.OPS or world % nodes:
+        return None
+    return nccl.collective(at_gpus(system, world // nodes), str(row["op"]), world, size)
+
+
+def _setting(choice: nccl.Choice) -> str:
+    """The environment that forces `choice` (NCCL's names)."""
+    algorithm = NCCL_ALGO.get(choice.algorithm, choice.algorithm)
+    return f"NCCL_ALGO={algorithm} NCCL_PROTO={choice.protocol}"
+
+
+def _size(size: float) -> str:
+    """A power of two as nccl-tests' sweeps name it (64 KiB), any other size in bytes."""
+    whole = int(size)
+    return format_size(whole) if whole & (whole - 1) == 0 else f"{whole:,} B"
+
+
+def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | None) -> list[str]:
+    """One finding per slow size (`slow_steps`), the largest first: what was measured and,
+    where the run names its system, whether NCCL's own model changes its algorithm or
+    protocol there (then the choice to force, to see whether NCCL misjudges this system)."""
+    if steps.empty:
+        return []
+    nccl_run = str(info.get("backend") or "nccl") == "nccl"
+    found = []
+    for _, row in steps.sort_values("ratio", ascending=False).head(SHOWN_STEPS).iterrows():
+        small, large = _size(row["size_small"]), _size(row["size_large"])
+        where = f"{row['op']} over {row['world_size']} ranks on {row['num_nodes']} node(s)"
+        if row["kind"] == "jump":
+            text = (
+                f"{where}: {large} takes {row['ratio']:.1f}x the time of {small} "
+                f"({row['time_large']:.1f} against {row['time_small']:.1f} us), more than "
+                f"{row['size_large'] / row['size_small']:.3g}x the bytes explain."
+            )
+        else:
+            text = (
+                f"{where}: {small} takes {row['ratio']:.1f}x the time of the larger {large} "
+                f"({row['time_small']:.1f} against {row['time_large']:.1f} us): the smaller "
+                "size is slow."
+            )
+        below, above = (
+            _choice(system, row, row["size_small"]),
+            _choice(system, row, row["size_large"]),
+        )
+        if below is not None and above is not None and system is not None:
+            faster = below if row["kind"] == "jump" else above
+            if (below.algorithm, below.protocol) != (above.algorithm, above.protocol):
+                text += (
+                    f" NCCL's model on {system.name} changes from {below.algorithm}/"
+                    f"{below.protocol} to {above.algorithm}/{above.protocol} between them: "
+                    f"measure these sizes again with {_setting(faster)}; if that is faster, "
+                    "NCCL's tuning misjudges this system here (force it for the job's sizes, "
+                    "or give NCCL a tuner plugin)."
+                )
+            else:
+                text += (
+                    f" NCCL's model keeps {below.algorithm}/{below.protocol} on both sides: "
+                    "look below NCCL (the network stack's size thresholds), and run it again "
+                    "to see whether it repeats."
+                )
+        elif nccl_run:
+            text += (
+                " Measure the sizes around it again with NCCL_ALGO / NCCL_PROTO forced to see "
+                "which choice is slow."
+            )
+        else:
+            text += " Run it again to see whether it repeats."
+        if nccl_run:
+            text += " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints NCCL's choice per call."
+        found.append(text)
+    if len(steps) > SHOWN_STEPS:
+        found[-1] += f" ({len(steps) - SHOWN_STEPS} more slow size(s) in the collectives table.)"
+    return found
+
+
 def findings(analyzed: Analyzed) -> list[str]:
     """The collectives rules over a run."""
     if not analyzed.has("collectives"):
         return []
-    return collective_findings(analyzed.summary("collectives"), analyzed.info)
+    summary = analyzed.summary("collectives")
+    found = collective_findings(summary, analyzed.info)
+    return found + step_findings(slow_steps(summary), analyzed.info, run_system(analyzed.info))

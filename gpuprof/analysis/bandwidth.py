@@ -9,6 +9,7 @@ median of those maxima (never a mean of per-rank bandwidths).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pandas as pd
@@ -114,3 +115,48 @@ def summarize_run(run: RunTables) -> pd.DataFrame:
     summary = summarize_collectives(run.table("collectives"))
     summary["pct_of_peak"] = collective_pct_of_peak(summary, run.info)
     return summary
+
+
+STEP = 1.5  # a step between two measured sizes is slow past this margin over the bytes
+CURVE = ["op", "dtype", "redop", "scope", "group", "world_size", "num_nodes"]
+STEP_COLUMNS = [*CURVE, "size_small", "size_large", "time_small", "time_large", "ratio", "kind"]
+
+
+def slow_steps(summary: pd.DataFrame) -> pd.DataFrame:
+    """Where a collective's time moves against its bytes between two neighbouring measured
+    sizes of one curve: a "jump" where the larger size takes STEP x more than its bytes
+    explain (time grows at most as fast as the bytes: a latency plus bytes over a rate), a
+    "drop" where the smaller size takes STEP x the larger one's time. Each side against the
+    other's 99th-percentile iteration (noise is not a step), and where the curve was measured
+    in place and out of place, in both (one curve's outlier is not a step). Columns
+    STEP_COLUMNS (times us, the out-of-place ones where measured; ratio: the larger time over
+    the smaller, or the smaller over the larger for a drop)."""
+    found: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
+    places: dict[tuple[object, ...], int] = {}
+    for key, curve in summary.groupby([*CURVE, "in_place"], sort=False, dropna=False):
+        *shape, in_place = key
+        points = curve.sort_values("size_bytes")
+        rows = list(
+            zip(
+                points["size_bytes"].astype(float),
+                points["time_us"],
+                points["time_us_p99"].fillna(points["time_us"]),
+                strict=True,
+            )
+        )
+        for (s1, t1, p1), (s2, t2, p2) in itertools.pairwise(rows):
+            pair = (*shape, s1, s2)
+            places[pair] = places.get(pair, 0) + 1
+            if not (s1 > 0 and t1 > 0 and t2 > 0):
+                continue
+            if t2 >= STEP * (s2 / s1) * p1:
+                found.setdefault(pair, []).append((in_place, t1, t2, t2 / t1, "jump"))
+            elif t1 >= STEP * p2:
+                found.setdefault(pair, []).append((in_place, t1, t2, t1 / t2, "drop"))
+    out = []
+    for pair, seen in found.items():
+        if len(seen) < places[pair] or len({s[-1] for s in seen}) > 1:
+            continue
+        first = min(seen, key=lambda s: bool(s[0]))  # out of place first
+        out.append((*pair, *first[1:]))
+    return pd.DataFrame(out, columns=STEP_COLUMNS)
