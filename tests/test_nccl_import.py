@@ -405,12 +405,105 @@ def test_a_slow_size_at_nccls_switch_names_the_choice_to_force() -> None:
         "all_reduce over 8 ranks on 2 node(s): 128 KiB takes 4.7x the time of 64 KiB (370.8 "
         "against 78.5 us), more than 2x the bytes explain."
     )
-    assert "changes from tree/LL to ring/LL between them" in text
+    assert "NCCL's model on polaris picks tree/LL at 64 KiB and ring/LL at 128 KiB" in text
     assert "again with NCCL_ALGO=Tree NCCL_PROTO=LL;" in text
     # the same step where NCCL's model keeps its choice (8 KiB -> 16 KiB: tree/LL on both)
     kept = dict(step, size_small=8192.0, size_large=16384.0)
     (text,) = step_findings(pd.DataFrame([kept]), {"backend": "nccl"}, load_system("polaris"))
-    assert "keeps tree/LL on both sides" in text and "NCCL_ALGO=" not in text
+    assert "picks tree/LL on both sides: look below NCCL" in text and "NCCL_ALGO=" not in text
     # a gloo run: nothing about NCCL
     (text,) = step_findings(pd.DataFrame([step]), {"backend": "gloo"}, None)
     assert text.endswith("Run it again to see whether it repeats.")
+
+
+# NVIDIA/nccl issue 1453 (NCCL 2.21, MPICH's -prepend-rank, NCCL_DEBUG_SUBSYS=TUNING): its
+# lines as quoted there; nccl-tests prints a row in pieces (src/common.cu: the case's columns,
+# then each place's time once measured), NCCL's per-call lines land between them
+INFO_1453 = (
+    "[0] h100clust-worker-1:497888:497888 [0] NCCL INFO {b} Bytes -> Algo {a} proto {p} "
+    "time 25.259054"
+)
+HEAD_1453 = [
+    "[0] # nThread 1 nGpus 1 minBytes 256 maxBytes 524288 step: 2(factor) warmup iters: 5 "
+    "iters: 20 agg iters: 1 validation: 1 graph: 0",
+    "[0] #",
+    "[0] # Using devices",
+    "[0] #  Rank  0 Group  0 Pid 497888 on h100clust-worker-1 device  0 [0xa4] "
+    "NVIDIA H100 80GB HBM3",
+    "[0] #  Rank  1 Group  0 Pid 496763 on h100clust-worker-32 device  0 [0xa4] "
+    "NVIDIA H100 80GB HBM3",
+    "[0] #" + " " * 62 + "out-of-place" + " " * 23 + "in-place",
+    "[0] #       size         count      type   redop    root     time   algbw   busbw #wrong"
+    "     time   algbw   busbw #wrong",
+    "[0] #        (B)    (elements)" + " " * 31 + "(us)  (GB/s)  (GB/s)            (us)  (GB/s)"
+    "  (GB/s)",
+]
+
+
+def _log_1453(rows: list[tuple[int, int, int, float, float]]) -> str:
+    """The log of rows (size, algo, proto, out-of-place us, in-place us), each broken by
+    three per-call lines before each place's time."""
+    lines = list(HEAD_1453)
+    for size, algo, proto, out, inp in rows:
+        info = INFO_1453.format(b=size, a=algo, p=proto)
+        lines.append(f"[0] {size:12d}  {size // 4:12d}     float     sum      -1{info}")
+        lines += [info] * 2
+        lines.append(f"[0]  {out:7.2f}    0.00    0.01      0{info}")
+        lines += [info] * 2
+        lines.append(f"[0]  {inp:7.2f}    0.00    0.01      0")
+    return "\n".join([*lines, "[0] # Out of bounds values : 0 OK", ""])
+
+
+def test_rows_broken_by_nccls_lines_are_joined_and_keep_nccls_choice(
+    gp: Gp, tmp_path: Path
+) -> None:
+    log = tmp_path / "all_reduce_1453.log"
+    rows = [(256, 0, 0, 61.90, 62.05), (65536, 0, 0, 70.0, 71.0), (131072, 1, 0, 400.0, 405.0)]
+    log.write_text(_log_1453(rows))
+    (run,) = _import(gp, tmp_path / "runs", log)
+    summary = summarize_run(open_run(run), "collectives")
+    got = sorted(zip(summary["size_bytes"], summary["in_place"], summary["time_us"], strict=True))
+    assert got == [
+        (256, False, 61.90), (256, True, 62.05), (65536, False, 70.0), (65536, True, 71.0),
+        (131072, False, 400.0), (131072, True, 405.0),
+    ]  # fmt: skip
+    info = json.loads((run / "run.json").read_text())
+    assert info["num_nodes"] == 2 and info["status"] == "complete"
+    assert info["imported"][0]["tests"][0]["nccl_choices"] == {
+        "256": ["tree/LL"], "65536": ["tree/LL"], "131072": ["ring/LL"],
+    }  # fmt: skip
+    from gpuprof.advice.collectives import findings
+    from gpuprof.analysis.summary import Analyzed
+
+    (step,) = [f for f in findings(Analyzed(open_run(run))) if "the time of" in f]
+    assert step.startswith("all_reduce over 2 ranks on 2 node(s): 128 KiB takes 5.7x the time")
+    assert "NCCL chose (its TUNING lines) tree/LL at 64 KiB and ring/LL at 128 KiB" in step
+    assert "again with NCCL_ALGO=Tree NCCL_PROTO=LL;" in step
+    # the log ends inside a row: the rows before it kept, the line named
+    cut = log.read_text().rsplit("[0]   405.00", 1)[0]
+    log.write_text(cut)
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "cut")
+    assert got.code == 0 and "the row breaks off" in got.err
+
+
+@pytest.mark.parametrize(
+    ("line", "choice"),
+    [
+        ("h:1:1 [0] NCCL INFO 4096 Bytes -> Algo 0 proto 0 time 25.874907", "tree/LL"),  # 2.20-2.22
+        (
+            "h:1:1 [0] NCCL INFO AllGather: 8192 Bytes -> Algo 6 proto 2 time 9.1",
+            "pat/Simple",
+        ),  # 2.23
+        (
+            "h:1:1 [0] NCCL INFO AllReduce: 33554432 Bytes -> Algo NVLS_TREE proto SIMPLE "
+            "channel{Lo..Hi}={0..15}",
+            "nvls_tree/Simple",
+        ),  # 2.24 on (src/collectives.cc ncclAlgoToString)
+        ("h:1:1 [0] NCCL INFO 4096 Bytes -> Algo 9 proto 0 time 1.0", None),  # no such enum
+        ("h:1:1 [0] NCCL INFO Channel 00/24 : 0 1 2 3", None),
+    ],
+)
+def test_nccls_per_call_choice_in_every_format(line: str, choice: str | None) -> None:
+    from gpuprof.runs.nccl_info import read_choice
+
+    assert read_choice(line) == choice

@@ -68,19 +68,33 @@ def collective_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str
     ]
 
 
-def _choice(system: System | None, row: pd.Series, size: float) -> nccl.Choice | None:
-    """NCCL's choice for the step's op at `size` on the run's shape, by its own model (None
-    without a system, or for an op outside NCCL's tuning model)."""
+def _modelled(system: System | None, row: pd.Series, size: float) -> str | None:
+    """NCCL's choice (`tree/LL`) for the step's op at `size` on the run's shape by its own
+    model (None without a system, or for an op outside NCCL's tuning model)."""
     world, nodes = int(row["world_size"]), int(row["num_nodes"])
     if system is None or row["op"] not in nccl.OPS or world % nodes:
         return None
-    return nccl.collective(at_gpus(system, world // nodes), str(row["op"]), world, size)
+    got = nccl.collective(at_gpus(system, world // nodes), str(row["op"]), world, size)
+    return f"{got.algorithm}/{got.protocol}"
 
 
-def _setting(choice: nccl.Choice) -> str:
-    """The environment that forces `choice` (NCCL's names)."""
-    algorithm = NCCL_ALGO.get(choice.algorithm, choice.algorithm)
-    return f"NCCL_ALGO={algorithm} NCCL_PROTO={choice.protocol}"
+def measured_choices(info: dict[str, Any]) -> dict[tuple[str, int], str]:
+    """NCCL's own choice per op and size where an imported log printed its per-call TUNING
+    lines (run.json's `imported`: gpuprof.runs.imported.nccl_choices); one choice per size
+    only (several: the log does not say which a time belongs to)."""
+    found = {}
+    for log in info.get("imported") or []:
+        for test in log.get("tests", []):
+            for size, choices in (test.get("nccl_choices") or {}).items():
+                if len(choices) == 1:
+                    found[(str(test.get("op")), int(size))] = choices[0]
+    return found
+
+
+def _setting(choice: str) -> str:
+    """The environment that forces `choice` (`tree/LL`, in NCCL's names)."""
+    algorithm, _, protocol = choice.partition("/")
+    return f"NCCL_ALGO={NCCL_ALGO.get(algorithm, algorithm)} NCCL_PROTO={protocol}"
 
 
 def _size(size: float) -> str:
@@ -89,10 +103,38 @@ def _size(size: float) -> str:
     return format_size(whole) if whole & (whole - 1) == 0 else f"{whole:,} B"
 
 
+def _cause(row: pd.Series, info: dict[str, Any], system: System | None) -> str:
+    """What NCCL chose on each side of a step (by its TUNING lines in the log, else by its
+    model on the run's system) and what to do; "" where neither says."""
+    sizes = (int(row["size_small"]), int(row["size_large"]))
+    measured = measured_choices(info)
+    sides = [measured.get((str(row["op"]), size)) for size in sizes]
+    said = "NCCL chose (its TUNING lines)"
+    if None in sides:
+        sides = [_modelled(system, row, size) for size in sizes]
+        said = f"NCCL's model on {system.name if system else '?'} picks"
+    below, above = sides
+    if below is None or above is None:
+        return ""
+    if below == above:
+        return (
+            f" {said} {below} on both sides: look below NCCL (the network stack's size "
+            "thresholds), and run it again to see whether it repeats."
+        )
+    faster = below if row["kind"] == "jump" else above
+    return (
+        f" {said} {below} at {_size(sizes[0])} and {above} at {_size(sizes[1])}: measure "
+        f"these sizes again with {_setting(faster)}; if that is faster, NCCL's tuning "
+        "misjudges this system here (force it for the job's sizes, or give NCCL a tuner "
+        "plugin)."
+    )
+
+
 def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | None) -> list[str]:
-    """One finding per slow size (`slow_steps`), the largest first: what was measured and,
-    where the run names its system, whether NCCL's own model changes its algorithm or
-    protocol there (then the choice to force, to see whether NCCL misjudges this system)."""
+    """One finding per slow size (`slow_steps`), the largest first: what was measured and
+    what NCCL chose on each side (its TUNING lines in an imported log, else its model on the
+    run's system): where the choice changes, the one to force to see whether NCCL misjudges
+    this system there."""
     if steps.empty:
         return []
     nccl_run = str(info.get("backend") or "nccl") == "nccl"
@@ -112,26 +154,9 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
                 f"({row['time_small']:.1f} against {row['time_large']:.1f} us): the smaller "
                 "size is slow."
             )
-        below, above = (
-            _choice(system, row, row["size_small"]),
-            _choice(system, row, row["size_large"]),
-        )
-        if below is not None and above is not None and system is not None:
-            faster = below if row["kind"] == "jump" else above
-            if (below.algorithm, below.protocol) != (above.algorithm, above.protocol):
-                text += (
-                    f" NCCL's model on {system.name} changes from {below.algorithm}/"
-                    f"{below.protocol} to {above.algorithm}/{above.protocol} between them: "
-                    f"measure these sizes again with {_setting(faster)}; if that is faster, "
-                    "NCCL's tuning misjudges this system here (force it for the job's sizes, "
-                    "or give NCCL a tuner plugin)."
-                )
-            else:
-                text += (
-                    f" NCCL's model keeps {below.algorithm}/{below.protocol} on both sides: "
-                    "look below NCCL (the network stack's size thresholds), and run it again "
-                    "to see whether it repeats."
-                )
+        cause = _cause(row, info, system) if nccl_run else ""
+        if cause:
+            text += cause
         elif nccl_run:
             text += (
                 " Measure the sizes around it again with NCCL_ALGO / NCCL_PROTO forced to see "

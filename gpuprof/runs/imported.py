@@ -68,11 +68,22 @@ def describe(log: Log, blocks: list[Block]) -> dict[str, Any]:
                 "rows": len({(r.size_bytes, r.line) for r in b.rows}),
                 "options": b.options,
                 **({"stopped": b.stopped} if b.stopped else {}),
+                **({"nccl_choices": choices} if (choices := nccl_choices(b)) else {}),
             }
             for b in blocks
         ],
         **({"skipped": log.skipped} if log.skipped else {}),
     }
+
+
+def nccl_choices(block: Block) -> dict[str, list[str]]:
+    """NCCL's algorithm/protocol per size where the log printed its per-call TUNING lines
+    (`{"65536": ["tree/LL"]}`; both places' calls together)."""
+    found: dict[int, set[str]] = {}
+    for row in block.rows:
+        if row.choices:
+            found.setdefault(row.size_bytes, set()).update(row.choices)
+    return {str(size): sorted(found[size]) for size in sorted(found)}
 
 
 def _hardware(spec: str | None) -> dict[str, Any] | None:

@@ -14,9 +14,11 @@ column; 2.17.6 adds a `timestamp` column (`-S`), 2.19.2 four per-iteration colum
 (`-I`: i_min i_max i_p99 i_cv%), and `-C 1` calls the time `cputime`. The column header drives
 the reading, so every vintage reads the same way.
 
-A log may hold several tests (one block each), interleaved NCCL_DEBUG=INFO lines, launcher
-prefixes (`[1,0]<stdout>:` of Open MPI's --tag-output, `0: ` of srun --label) and anything
-else a job prints between blocks. The op of a block is the program's (`# Collective test
+A log may hold several tests (one block each), NCCL_DEBUG=INFO lines (between the lines, or
+inside a row's line where nccl-tests printed it in pieces: gpuprof.runs.nccl_info; with
+NCCL_DEBUG_SUBSYS=TUNING each row keeps NCCL's choices), launcher prefixes (`[1,0]<stdout>:`
+of Open MPI's --tag-output, `0: ` of srun --label, `[0] ` of MPICH's -prepend-rank) and
+anything else a job prints between blocks. The op of a block is the program's (`# Collective test
 starting: all_gather_perf`, a command line naming `*_perf`, or the file's name), else what the
 columns imply (a reduction with root -1 is all_reduce or reduce_scatter by its count, ...).
 
@@ -29,10 +31,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpuprof.errors import UsageError
+from gpuprof.runs.nccl_info import message_start, read_choice, read_versions
 
 # nccl-tests' type names (src/common.cu test_typenames) -> gpuprof's dtype and element bytes
 TYPES: dict[str, tuple[str, int]] = {
@@ -64,19 +67,13 @@ PROGRAMS = {
 OTHER_PROGRAMS = ("gather", "scatter", "hypercube")
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s)")
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\] )")
 _OPTIONS = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(
     r"^#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+"
     r"(?P<host>\S+)\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
 )
 _PROGRAM = re.compile(r"\b(?P<name>[a-z_]+)_perf\b")
-_NCCL_VERSION = re.compile(r"\b[RN]CCL version (?P<version>\d+\.\d+\.\d+[\w.+-]*)")
-_TESTS_VERSION = re.compile(
-    r"(?:nccl-tests version|rccl-tests: Version) (?P<version>[\w.+:-]+)"
-    r"(?:.*nccl-library=(?P<lib>\d+))?"
-)
-_ENV = re.compile(r"\b(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S+)")
 _FOOTER = re.compile(r"^#\s*(Out of bounds values|Avg bus bandwidth)")
 _NOISE = re.compile(r"\b[RN]CCL (INFO|WARN|TRACE)\b|^\s*$")
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
@@ -108,6 +105,7 @@ class Row:
     times_us: tuple[float, ...]
     nwrong: float | None  # None: not checked (`N/A`), or an older version's `error` column
     line: int
+    choices: tuple[str, ...] = ()  # NCCL's algorithm/protocol for its calls (TUNING lines)
 
 
 @dataclass
@@ -143,14 +141,6 @@ class Log:
     @property
     def rows(self) -> list[Row]:
         return [r for b in self.blocks for r in b.rows]
-
-
-def nccl_version(code: int) -> str:
-    """NCCL_VERSION_CODE -> 'X.Y.Z' (X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z
-    before: nccl.h)."""
-    if code >= 10000:
-        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
-    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
 
 
 def _options(text: str) -> dict[str, str]:
@@ -296,11 +286,21 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
     options: dict[str, str] = {}
     first_foreign: tuple[int, str] | None = None
     file_op = _file_op(path)
+    pending, chosen = "", set[str]()  # a row's pieces before NCCL's messages, their choices
     for number, raw in enumerate(lines, start=1):
         log.lines = number
         text = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
+        read_versions(text, log.versions, log.env)
+        start = message_start(text)
+        if start is not None:  # an NCCL message, after a piece of a row where one is open
+            piece, choice = text[:start], read_choice(text[start:])
+            if block is not None and (pending or piece.strip()[:1].isdigit()):
+                pending += " " + piece
+                chosen |= {choice} if choice and pending.strip() else set()
+            continue
+        if pending:
+            text, pending = f"{pending} {text}", ""
         stripped = text.strip()
-        _versions(log, text)
         if _NOISE.search(text):
             continue
         if stripped.startswith("#"):
@@ -334,13 +334,16 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
                 block.stopped = f"{path}:{number}: {got}; stopped there, {kept} row(s) kept"
                 block = None
             else:
-                block.rows += got
+                block.rows += [replace(r, choices=tuple(sorted(chosen))) for r in got]
+            chosen = set()
             continue
         found = _PROGRAM.search(text)
         if found and found.group("name") in (*PROGRAMS, *OTHER_PROGRAMS):
             program = found.group("name")  # a command line naming the test that follows
         elif first_foreign is None and not log.blocks:
             first_foreign = (number, stripped)
+    if pending and block is not None:  # the log ends inside a row
+        block.stopped = f"{path}:{log.lines}: the row breaks off; stopped there"
     if not log.blocks and not log.skipped:
         where = (
             f"line {first_foreign[0]}: {first_foreign[1][:60]!r}"
@@ -356,21 +359,6 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
         if not block.rows and block.stopped is None:
             block.stopped = f"{path}:{block.first_line}: a column header with no row after it"
     return log
-
-
-def _versions(log: Log, text: str) -> None:
-    """NCCL's and nccl-tests' versions, and NCCL_* set by the environment, where printed."""
-    for pattern, key in ((_NCCL_VERSION, "nccl"), (_TESTS_VERSION, "nccl_tests")):
-        match = pattern.search(text)
-        if match and key not in log.versions:
-            log.versions[key] = match.group("version")
-            if key == "nccl_tests" and match.group("lib"):
-                log.versions.setdefault("nccl", nccl_version(int(match.group("lib"))))
-            if "RCCL" in text or "rccl-tests" in text:
-                log.versions[key.replace("nccl", "rccl", 1)] = log.versions.pop(key)
-    env = _ENV.search(text)
-    if env:
-        log.env[env.group("name")] = env.group("value")
 
 
 def _start_block(
