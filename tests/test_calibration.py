@@ -16,11 +16,11 @@ from gpuprof.predict.calibrate import (
     at_gpus,
     calibrate,
     choose,
-    forced_algorithm,
     partner,
     predict,
 )
 from gpuprof.predict.collectives import WhatIf
+from gpuprof.predict.nccl_tuning import forced_algorithm
 from gpuprof.predict.network import GROWN_BAND, CalibratedNetwork, SystemNetwork
 from gpuprof.predict.published import SIZE_CLASSES, held_out
 
@@ -392,3 +392,22 @@ def test_the_assumptions_state_the_band_the_predictions_use() -> None:
     text = assumptions("nccl", None, PredictRequest(nodes=(2,)), H100, calibrated=True)[0]
     assert f"+-{CALIBRATED_BAND:.0%}" in text and f"+-{MODEL_BAND:.0%}" in text
     assert f"+-{GROWN_BAND:.0%}" in text
+
+
+def test_nccls_own_choice_at_a_measured_size_is_what_it_measures() -> None:
+    """A log with NCCL's TUNING lines says which algorithm ran each size: a system whose every
+    call took exactly the model's time of ring/LL (where the model would pick tree/LL) gives
+    back x1 latency with them; without them the same times read as a slower tree."""
+    sizes = [2**k for k in range(3, 17, 2)]  # 8 B .. 32 KiB: the model picks tree/LL at 2 x 8
+    assert {nccl.collective(H100, "all_reduce", 16, s).algorithm for s in sizes} == {"tree"}
+    ring = [(s, nccl.collective(H100, "all_reduce", 16, s, "ring", "LL").time_us) for s in sizes]
+    said = dict.fromkeys(sizes, "ring/LL")
+    found = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x", choices=said)
+    assert found is not None and found.latency_scale == pytest.approx(1.0)
+    assert found.ran(8) == ("ring", "LL") and found.ran(3) == (None, None)
+    blind = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x")
+    # ring/LL's 40 us at 8 B against tree/LL's 25.2: read as a tree 1.59x slower
+    assert blind is not None and blind.latency_scale == pytest.approx(40.0 / 25.2, rel=0.01)
+    # a choice the model has no such algorithm for on this shape: the model's own
+    odd = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x", choices={8: "pat/Simple"})
+    assert odd is not None and odd.ran(8) == ("pat", "Simple")

@@ -376,6 +376,9 @@ def test_a_slow_size_of_a_real_log_is_a_finding_and_noise_is_not(gp: Gp, tmp_pat
         "of the larger 1,100,000 B (343.6 against 153.0 us): the smaller size is slow" in text
     )
     assert "NCCL_DEBUG_SUBSYS=TUNING" in text
+    # how the numbers were measured: nccl-tests' times, not gpuprof's warmup and median
+    assert "gpuprof measured nothing here" in text and "warmup iteration" not in text
+    assert "torch.distributed offers" not in text and "algbw = size / time" in text
     from gpuprof.advice.collectives import findings
     from gpuprof.analysis.summary import Analyzed
 
@@ -479,6 +482,10 @@ def test_rows_broken_by_nccls_lines_are_joined_and_keep_nccls_choice(
     assert step.startswith("all_reduce over 2 ranks on 2 node(s): 128 KiB takes 5.7x the time")
     assert "NCCL chose (its TUNING lines) tree/LL at 64 KiB and ring/LL at 128 KiB" in step
     assert "again with NCCL_ALGO=Tree NCCL_PROTO=LL;" in step
+    # predict calibrates each size against what NCCL ran it with, and says so
+    (known,) = _import(gp, tmp_path / "hw", log, "--hardware", "dgx-h100")
+    notes = gp("predict", known, "--nodes", "4", "--sizes", "64K").out
+    assert "NCCL's own choice at 3 size(s), its TUNING lines" in notes
     # the log ends inside a row: the rows before it kept, the line named
     cut = log.read_text().rsplit("[0]   405.00", 1)[0]
     log.write_text(cut)

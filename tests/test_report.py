@@ -20,6 +20,7 @@ def test_report_is_self_contained(two_rank_run: Path) -> None:
     assert html.count(PLOTLY_MARKER) >= 7  # one figure per op
     assert "every result was correct" in html
     assert "How these numbers were measured" in html and "2(n-1)/n" in html
+    assert "median over iterations of the slowest rank" in html  # gpuprof measured these
 
 
 def test_report_escapes_strings(two_rank_run: Path, tmp_path: Path, gp: Gp) -> None:

@@ -16,6 +16,7 @@ from gpuprof.machine.systems import System
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus
 from gpuprof.predict.calibrations import run_system
+from gpuprof.runs.imported import measured_choices
 from gpuprof.units import format_size
 
 SHOWN_STEPS = 3  # slow sizes named one by one; the rest counted
@@ -76,19 +77,6 @@ def _modelled(system: System | None, row: pd.Series, size: float) -> str | None:
         return None
     got = nccl.collective(at_gpus(system, world // nodes), str(row["op"]), world, size)
     return f"{got.algorithm}/{got.protocol}"
-
-
-def measured_choices(info: dict[str, Any]) -> dict[tuple[str, int], str]:
-    """NCCL's own choice per op and size where an imported log printed its per-call TUNING
-    lines (run.json's `imported`: gpuprof.runs.imported.nccl_choices); one choice per size
-    only (several: the log does not say which a time belongs to)."""
-    found = {}
-    for log in info.get("imported") or []:
-        for test in log.get("tests", []):
-            for size, choices in (test.get("nccl_choices") or {}).items():
-                if len(choices) == 1:
-                    found[(str(test.get("op")), int(size))] = choices[0]
-    return found
 
 
 def _setting(choice: str) -> str:

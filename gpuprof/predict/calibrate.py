@@ -113,6 +113,17 @@ class Calibration:
     bounds: tuple[tuple[float, str], ...] = ()
     # all_to_all: (log2 message, latency scale) of each latency-bound size (`message`)
     latency_knots: tuple[tuple[float, float], ...] = ()
+    # (size, "algorithm/protocol"): what NCCL said it ran at measured sizes (TUNING lines)
+    choices: tuple[tuple[int, str], ...] = ()
+
+    def ran(self, size: int) -> tuple[str | None, str | None]:
+        """The algorithm and protocol NCCL ran `size` with where it said so, else the forced
+        algorithm (if any) and no protocol: what the model is run with at a measured size."""
+        said = dict(self.choices).get(size)
+        if said is None:
+            return self.algorithm, None
+        algorithm, _, protocol = said.partition("/")
+        return algorithm, protocol
 
     @property
     def ranks(self) -> int:
@@ -157,17 +168,25 @@ def calibrate(
     points: list[tuple[int, float]],
     origin: str,
     algorithm: str | None = None,
+    choices: dict[int, str] | None = None,
 ) -> Calibration | None:
     """The calibration of `op` from its times at nodes x gpus (None with no usable point);
-    `algorithm` where the measurement forced one (NCCL_ALGO): then predictions force it too."""
+    `algorithm` where the measurement forced one (NCCL_ALGO): then predictions force it too;
+    `choices`: NCCL's own algorithm/protocol per measured size where it printed them (each
+    size then measures that choice, not the one the model would make)."""
     target = at_gpus(system, gpus)
     points = sorted((int(s), float(t)) for s, t in points if s > 0 and t > 0)
     if not points or nodes * gpus < 2:
         return None
+    said = tuple(sorted((int(k), v) for k, v in (choices or {}).items()))
+    shell = Calibration(op, dtype, nodes, gpus, (), None, (), origin, algorithm, choices=said)
     parts, bounds = [], []
     for size, time in points:
         try:
-            choice = nccl.collective(target, op, nodes * gpus, size, algorithm)
+            try:
+                choice = nccl.collective(target, op, nodes * gpus, size, *shell.ran(size))
+            except ValueError:  # what NCCL said it ran is not in the model here: its own
+                choice = nccl.collective(target, op, nodes * gpus, size, algorithm)
         except ValueError:  # the model has no such algorithm at this shape
             return None
         at = message(op, size, nodes * gpus)  # the axis the factors are kept on
@@ -208,6 +227,7 @@ def calibrate(
         algorithm=algorithm,
         bounds=tuple(b for b, p in zip(bounds, parts, strict=True) if _measures_transfer(p)),
         latency_knots=per_message,
+        choices=said,
     )
 
 
@@ -348,7 +368,7 @@ def grown(
         if point is None:
             return None
         try:
-            choice = nccl.collective(target, op, c.ranks, point[0], c.algorithm)
+            choice = nccl.collective(target, op, c.ranks, point[0], *c.ran(point[0]))
         except ValueError:
             return None
         found.append((point[1], choice))
@@ -364,25 +384,3 @@ def grown(
         return None
     carried = t2 + (t2 - t1) * (there.time_us - m2) / (m2 - m1)
     return carried if carried > 0 else None
-
-
-# NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) -> the model's
-NCCL_ALGO_NAMES = {
-    "ring": "ring",
-    "tree": "tree",
-    "nvls": "nvls",
-    "nvlstree": "nvls_tree",
-    "collnetdirect": "collnet_direct",
-    "collnetchain": "collnet_chain",
-    "pat": "pat",
-}
-
-
-def forced_algorithm(env: dict[str, str], nodes: int) -> str | None:
-    """The one algorithm NCCL_ALGO forces (None: unset, a list, or an exclusion `^...`);
-    NVLS across nodes is the model's NVLS-tree."""
-    value = str(env.get("NCCL_ALGO") or "").strip().lower()
-    algorithm = NCCL_ALGO_NAMES.get(value)
-    if algorithm == "nvls" and nodes > 1:
-        return "nvls_tree"
-    return algorithm

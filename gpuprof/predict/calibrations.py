@@ -9,9 +9,11 @@ from typing import Any
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system, nccl_version_in, system_from_dict
-from gpuprof.predict.calibrate import Calibration, calibrate, crosses, forced_algorithm
+from gpuprof.predict.calibrate import Calibration, calibrate, crosses
 from gpuprof.predict.nccl import OPS, P2P_OPS
+from gpuprof.predict.nccl_tuning import forced_algorithm
 from gpuprof.predict.whatifs import same_hardware
+from gpuprof.runs.imported import measured_choices
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
 
 COLLECTIVES = _COLLECTIVES.name
@@ -59,6 +61,7 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
             for size, time in chosen.groupby("size_bytes")["time_us"].max().items():
                 by_size[int(str(size))] = float(time)
         algorithm = forced_algorithm(analyzed.info.get("env") or {}, nodes)
+        said = {s: c for (o, s), c in measured_choices(analyzed.info).items() if o == op}
         got = calibrate(
             system,
             str(op),
@@ -68,6 +71,7 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
             sorted(by_size.items()),
             origin,
             algorithm,
+            said,
         )
         if got is not None:
             found.setdefault((str(op), str(dtype)), []).append(got)
@@ -93,7 +97,13 @@ def calibration_notes(
     lines = []
     for (op, dtype), found in sorted(calibrations.items()):
         shapes = "; ".join(
-            f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()})" for c in found
+            f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()}"
+            + (
+                f"; NCCL's own choice at {len(c.choices)} size(s), its TUNING lines)"
+                if c.choices
+                else ")"
+            )
+            for c in found
         )
         growth = ""
         for (gpus, _), group in _pairable(found, system).items():

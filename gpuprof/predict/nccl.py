@@ -307,11 +307,16 @@ def algo_parts(shape: _Shape, algo: str, proto: str, size: float) -> tuple[float
 
 
 def collective(
-    system: System, op: str, ranks: int, size: float, algorithm: str | None = None
+    system: System,
+    op: str,
+    ranks: int,
+    size: float,
+    algorithm: str | None = None,
+    protocol: str | None = None,
 ) -> Choice:
     """One `op` of `size` bytes (nccl-tests' size: the whole buffer) over `ranks` GPUs of
     `system`, as NCCL would run it: the fastest algorithm and protocol, or the given
-    `algorithm` (NCCL_ALGO) with its fastest protocol."""
+    `algorithm` (NCCL_ALGO) and `protocol` (NCCL_PROTO), the fastest of the rest."""
     if op not in OPS + P2P_OPS:
         raise ValueError(f"NCCL's model has no {op}")
     domain = system.domain
@@ -324,7 +329,7 @@ def collective(
         return point_to_point(shape, size)
     best: tuple[float, str, str, float] | None = None
     for algo in ALGOS if algorithm is None else (algorithm,):
-        for proto in PROTOS:
+        for proto in PROTOS if protocol is None else (protocol,):
             parts = algo_parts(shape, algo, proto, size)
             if parts is not None and (best is None or sum(parts) < best[0]):
                 best = (sum(parts), algo, proto, parts[0])

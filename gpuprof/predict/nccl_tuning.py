@@ -81,3 +81,25 @@ INTER_SPEEDS = {
 PCIE_X16_BW = {3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}  # NCCL's PCIe x16 rate, GB/s
 MAX_CHANNELS = 32
 NVLS_MAX_HEADS = 32
+
+
+# NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) -> the model's
+NCCL_ALGO_NAMES = {
+    "ring": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "collnetdirect": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "pat": "pat",
+}
+
+
+def forced_algorithm(env: dict[str, str], nodes: int) -> str | None:
+    """The one algorithm NCCL_ALGO forces (None: unset, a list, or an exclusion `^...`);
+    NVLS across nodes is the model's NVLS-tree."""
+    value = str(env.get("NCCL_ALGO") or "").strip().lower()
+    algorithm = NCCL_ALGO_NAMES.get(value)
+    if algorithm == "nvls" and nodes > 1:
+        return "nvls_tree"
+    return algorithm

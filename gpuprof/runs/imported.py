@@ -86,6 +86,19 @@ def nccl_choices(block: Block) -> dict[str, list[str]]:
     return {str(size): sorted(found[size]) for size in sorted(found)}
 
 
+def measured_choices(info: dict[str, Any]) -> dict[tuple[str, int], str]:
+    """NCCL's own choice (`tree/LL`) per op and size of an imported run whose log printed
+    NCCL's per-call TUNING lines (run.json's `imported`, `nccl_choices`); only sizes with one
+    choice (with several the log does not say which call a time belongs to)."""
+    found = {}
+    for log in info.get("imported") or []:
+        for test in log.get("tests", []):
+            for size, choices in (test.get("nccl_choices") or {}).items():
+                if len(choices) == 1:
+                    found[(str(test.get("op")), int(size))] = choices[0]
+    return found
+
+
 def _hardware(spec: str | None) -> dict[str, Any] | None:
     """The system the logs were measured on (`--hardware`), kept whole in run.json so the run
     predicts on it without the file."""

@@ -14,9 +14,20 @@ from gpuprof.specs.collectives import OPS
 from gpuprof.units import format_size
 
 
-def method(plan: dict[str, Any]) -> list[str]:
-    """How the collectives numbers were measured."""
+def method(plan: dict[str, Any], imported: bool = False) -> list[str]:
+    """How the collectives numbers were measured; of an imported run (gpuprof measured
+    nothing: the general method says what its times are) only the formulas."""
     params = plan.get("collectives", {})
+    formulas = [
+        "algbw = size / time; busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, "
+        "reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, sendrecv 1 (nccl-tests "
+        "semantics). Sizes are binary (KiB, MiB), bandwidth decimal (1 GB/s = 1e9 B/s).",
+        "size is the whole buffer for all_reduce, broadcast, reduce and sendrecv, the total "
+        "output for all_gather, the total input for reduce_scatter, and the per-rank send "
+        "buffer for all_to_all.",
+    ]
+    if imported:
+        return formulas
     return [
         f"Each collective case: {params.get('warmup_iters', '?')} warmup iteration(s), one "
         "correctness iteration with exactly predictable inputs (#wrong counts elements that "
@@ -25,12 +36,7 @@ def method(plan: dict[str, Any]) -> list[str]:
         " the count agreed across the group from the slowest rank's warmup.",
         "time_us is the median over iterations of the slowest rank's time (a collective ends "
         "when its last rank does); p99_us likewise.",
-        "algbw = size / time; busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, "
-        "reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, sendrecv 1 (nccl-tests "
-        "semantics). Sizes are binary (KiB, MiB), bandwidth decimal (1 GB/s = 1e9 B/s).",
-        "size is the whole buffer for all_reduce, broadcast, reduce and sendrecv, the total "
-        "output for all_gather, the total input for reduce_scatter, and the per-rank send "
-        "buffer for all_to_all.",
+        *formulas,
         "torch.distributed offers all_reduce, broadcast and reduce only in place, and "
         "all_to_all and send/recv only out of place; those ops are measured in that one mode.",
     ]
@@ -149,7 +155,7 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
             title="Collectives: bus bandwidth against size",
             anchor="collectives",
             blocks=[Figures(html=_figures(at_scale(summary, name_slowest=False)))],
-            method=method(plan),
+            method=method(plan, analyzed.info.get("launcher") == "import"),
             verdict=verdict(analyzed.info, summary),
         ),
         Section(title="Collectives: summary", anchor="collectives-summary", blocks=[table]),
