@@ -514,3 +514,16 @@ def test_nccls_per_call_choice_in_every_format(line: str, choice: str | None) ->
     from gpuprof.runs.nccl_info import read_choice
 
     assert read_choice(line) == choice
+
+
+def test_nccls_choices_read_back_skip_what_a_hand_edit_broke() -> None:
+    from gpuprof.runs.imported import measured_choices
+
+    tests = [
+        {"op": "all_reduce", "nccl_choices": {"abc": ["x"], "64": ["tree/LL"], "128": "ring/LL"}}
+    ]
+    tests.append({"op": "all_gather", "nccl_choices": {"256": ["ring/LL", "ring/Simple"]}})
+    info = {"imported": [{"tests": tests}, "junk", {"tests": "x"}]}
+    # a size NCCL ran two ways is not one choice: the log does not say which time is whose
+    assert measured_choices(info) == {("all_reduce", 64): "tree/LL"}
+    assert measured_choices({"imported": None}) == {} == measured_choices({})

@@ -92,10 +92,11 @@ def measured_choices(info: dict[str, Any]) -> dict[tuple[str, int], str]:
     choice (with several the log does not say which call a time belongs to)."""
     found = {}
     for log in info.get("imported") or []:
-        for test in log.get("tests", []):
-            for size, choices in (test.get("nccl_choices") or {}).items():
-                if len(choices) == 1:
-                    found[(str(test.get("op")), int(size))] = choices[0]
+        for test in log.get("tests", []) if isinstance(log, dict) else []:
+            said = test.get("nccl_choices") if isinstance(test, dict) else None
+            for size, choices in (said if isinstance(said, dict) else {}).items():
+                if str(size).isdigit() and isinstance(choices, list) and len(choices) == 1:
+                    found[(str(test.get("op")), int(size))] = str(choices[0])
     return found
 
 
