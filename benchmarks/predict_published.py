@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from gpuprof.analysis.summary import Analyzed
-from gpuprof.machine.systems import PRESETS
+from gpuprof.machine.systems import PRESETS, load_system
 from gpuprof.predict.nccl import OPS, P2P_OPS, collective
+from gpuprof.predict.network import FABRIC_BANDS, FABRIC_GROUPS
 from gpuprof.predict.predictions import predict
 from gpuprof.predict.published import (
     BOUND,
@@ -40,8 +41,6 @@ from gpuprof.runs.store import open_run
 
 LOG = Path(__file__).resolve().parents[1] / "tests/data/nccl-tests"
 CALIBRATION_LOG = LOG / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
-# the systems whose NCCL runs over HPE Slingshot (libfabric's CXI provider via aws-ofi-nccl)
-SLINGSHOT = {"alps-gh200", "polaris"}
 
 
 def _summary(name: str, chosen: list[HeldOut]) -> str:
@@ -54,6 +53,11 @@ def _summary(name: str, chosen: list[HeldOut]) -> str:
         f"{name}: calibrated {line([h.error for h in chosen])}; "
         f"preset alone {line([h.preset_error for h in chosen])}"
     )
+
+
+def _fabric(h: HeldOut) -> str:
+    """The fabric of a published row's system (its preset's)."""
+    return load_system(h.row["preset"]).fabric
 
 
 def held_out_report() -> None:
@@ -72,14 +76,12 @@ def held_out_report() -> None:
         print(_summary(name, [h for h in scored if h.size_class == name]))
     systems = len({h.row["system"] for h in scored})
     print(_summary(f"all held-out rows ({systems} systems)", scored))
-    slingshot = [h for h in scored if h.row["preset"] in SLINGSHOT]
-    fabric = [h for h in scored if h.row["preset"] not in SLINGSHOT]
-    print(_summary("InfiniBand and RoCE", fabric))
-    for name, _, _ in SIZE_CLASSES:
-        print(_summary(f"  {name}", [h for h in fabric if h.size_class == name]))
-    print(_summary(f"Slingshot ({', '.join(sorted(SLINGSHOT))})", slingshot))
-    for name, _, _ in SIZE_CLASSES:
-        print(_summary(f"  {name}", [h for h in slingshot if h.size_class == name]))
+    for group in FABRIC_BANDS:  # the fabric groups a calibrated row's band follows
+        rows = [h for h in scored if FABRIC_GROUPS.get(_fabric(h)) == group]
+        presets = ", ".join(sorted({h.row["preset"] for h in rows}))
+        print(_summary(f"{group} ({presets})", rows))
+        for name, _, _ in SIZE_CLASSES:
+            print(_summary(f"  {name}", [h for h in rows if h.size_class == name]))
     for system in dict.fromkeys(h.row["system"] for h in scored):
         print(_summary(f"  {system[:60]}", [h for h in scored if h.row["system"] == system]))
     two, _ = held_out(scales=2)

@@ -21,7 +21,7 @@ from gpuprof.predict.calibrate import (
 )
 from gpuprof.predict.collectives import WhatIf
 from gpuprof.predict.nccl_tuning import forced_algorithm
-from gpuprof.predict.network import GROWN_BAND, CalibratedNetwork, SystemNetwork
+from gpuprof.predict.network import FABRIC_BANDS, GROWN_BAND, CalibratedNetwork, SystemNetwork
 from gpuprof.predict.published import SIZE_CLASSES, held_out
 
 H100 = PRESETS["dgx-h100"]
@@ -281,7 +281,14 @@ def test_the_partner_is_another_count_of_the_same_op_across_domains() -> None:
     network = CalibratedNetwork(H100, tuple(pool), SystemNetwork(H100))
     got = network.collective("all_reduce", 64, 8, 8.0, "nccl")
     assert got.source == "4x8-16x8 + dgx-h100" and got.terms.startswith("measured at 4 and 16")
-    assert got.rel == GROWN_BAND
+    assert got.rel == FABRIC_BANDS["InfiniBand and RoCE"][1]  # DGX H100: InfiniBand
+    bare = replace(H100, fabric="")  # a fabric no published row measured: all rows' band
+    assert (
+        CalibratedNetwork(bare, tuple(pool), SystemNetwork(bare))
+        .collective("all_reduce", 64, 8, 8.0, "nccl")
+        .rel
+        == GROWN_BAND
+    )
 
 
 def test_a_what_if_on_the_network_leaves_the_measurement() -> None:
@@ -346,22 +353,42 @@ def test_held_out_by_scale_calibration_rows_never_scored() -> None:
     assert sum(abs(h.error) <= 0.15 for h in first) >= 219 and len(first) == 255
 
 
+def _group(row: dict[str, str]) -> str | None:
+    """The fabric group of a published row's system (its preset's fabric)."""
+    from gpuprof.machine.systems import load_system
+    from gpuprof.predict.network import FABRIC_GROUPS
+
+    return FABRIC_GROUPS.get(load_system(row["preset"]).fabric)
+
+
+def _p75(errors: list[float]) -> float:
+    ordered = sorted(abs(e) for e in errors)
+    return ordered[int(0.75 * len(ordered))]
+
+
 def test_the_calibrated_band_is_the_held_out_error() -> None:
-    """CALIBRATED_BAND is the 75th percentile of the held-out error (a constant, measured)."""
+    """CALIBRATED_BAND is the 75th percentile of the held-out error, and each fabric group's
+    band that of its own rows (constants, measured); the groups cover every published row."""
     from gpuprof.predict.network import CALIBRATED_BAND
 
-    errors = sorted(abs(h.error) for h in held_out()[0])
-    assert errors[int(0.75 * len(errors))] == pytest.approx(CALIBRATED_BAND, abs=0.02)
+    scored = held_out()[0]
+    assert _p75([h.error for h in scored]) == pytest.approx(CALIBRATED_BAND, abs=0.02)
+    for group, (one, _) in FABRIC_BANDS.items():
+        rows = [h.error for h in scored if _group(h.row) == group]
+        assert len(rows) >= 400 and _p75(rows) == pytest.approx(one, abs=0.02), group
+    assert all(_group(h.row) for h in scored)
 
 
 def test_the_grown_band_is_the_held_out_error_of_the_rows_carried() -> None:
     """GROWN_BAND is the 75th percentile of the error of the rows carried between two
-    measured counts, held out past them (a constant, measured)."""
-    from gpuprof.predict.network import GROWN_BAND
-
-    carried = sorted(abs(h.error) for h in held_out(scales=2)[0] if h.carried)
+    measured counts, held out past them, and each fabric group's that of its own (constants,
+    measured)."""
+    carried = [h for h in held_out(scales=2)[0] if h.carried]
     assert len(carried) >= 230 and not any(h.carried for h in held_out()[0])
-    assert carried[int(0.75 * len(carried))] == pytest.approx(GROWN_BAND, abs=0.02)
+    assert _p75([h.error for h in carried]) == pytest.approx(GROWN_BAND, abs=0.02)
+    for group, (_, two) in FABRIC_BANDS.items():
+        rows = [h.error for h in carried if _group(h.row) == group]
+        assert len(rows) >= 60 and _p75(rows) == pytest.approx(two, abs=0.02), group
 
 
 def test_held_out_from_the_two_smallest_node_counts() -> None:
@@ -390,7 +417,13 @@ def test_the_assumptions_state_the_band_the_predictions_use() -> None:
     from gpuprof.predict.whatifs import PredictRequest
 
     text = assumptions("nccl", None, PredictRequest(nodes=(2,)), H100, calibrated=True)[0]
-    assert f"+-{CALIBRATED_BAND:.0%}" in text and f"+-{MODEL_BAND:.0%}" in text
+    one, two = FABRIC_BANDS["InfiniBand and RoCE"]
+    said = f"+-{one:.0%}, the 75th percentile of that error on published results of "
+    assert said + "InfiniBand and RoCE systems" in text
+    assert f"+-{two:.0%}" in text and f"+-{MODEL_BAND:.0%}" in text
+    bare = replace(H100, fabric="")
+    text = assumptions("nccl", None, PredictRequest(nodes=(2,)), bare, calibrated=True)[0]
+    assert f"+-{CALIBRATED_BAND:.0%}" in text and "all published systems" in text
     assert f"+-{GROWN_BAND:.0%}" in text
 
 

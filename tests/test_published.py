@@ -88,6 +88,7 @@ def test_a_measured_floor_bounds_every_latency_and_fades_with_size(tmp_path: Pat
         ('like = "dgx-a100"\narch = "volta"\n', "arch 'volta'"),
         ('like = "dgx-a100"\nfloor_us = -1\n', "floor_us >= 0"),
         ('like = "dgx-a100"\nnic_path = "PCI"\n', "nic_path 'PCI'"),
+        ('like = "dgx-a100"\nfabric = "token-ring"\n', "fabric 'token-ring'"),
     ],
 )
 def test_a_bad_system_file_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:

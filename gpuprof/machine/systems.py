@@ -31,6 +31,9 @@ CPUS = ("intel", "amd", "arm")
 # PCIe to a Grace CPU's NVLink-C2C (NCCL 2.27 on), another GPU's NVLink, the CPU, host bridges
 # of one NUMA node, across CPUs
 NIC_PATHS = ("PIX", "PXB", "P2C", "PXN", "PHB", "NODE", "SYS")
+# the fabric between nodes (NCCL's IB transport runs InfiniBand and RoCE over RDMA verbs;
+# Slingshot and EFA go through libfabric, aws-ofi-nccl; GCP's TCPX/TCPXO through its plugin)
+FABRICS = ("infiniband", "roce", "slingshot", "efa", "tcpx", "ethernet")
 # an NCCL version as NCCL and nccl-tests print it: "2.28.9", "2.21.5+cuda12.4", "2.29"
 NCCL_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:[+~-][\w.+~-]*)?")
 
@@ -51,6 +54,7 @@ class System:
     nic_gbps: float = 0.0  # each NIC's line rate, Gbit/s
     nic_pcie_gen: int = 5  # the GPU-to-NIC PCIe link (x16)
     nic_path: str = "PIX"  # the GPU-to-NIC path (NIC_PATHS): NCCL enables LL128 by it
+    fabric: str = ""  # between nodes (FABRICS; "": not said): a calibrated row's band by it
     collnet: bool = False  # in-network reduction (InfiniBand SHARP) enabled
     net_latency_us: float = 0.0  # what the network stack adds per message (NCCL's latencyInter)
     # the smallest collective's time measured on this system (e.g. nccl-tests all_reduce at
@@ -72,6 +76,10 @@ class System:
         if self.nic_path not in NIC_PATHS:
             raise UsageError(
                 f"system {self.name}: nic_path {self.nic_path!r}", f"one of {', '.join(NIC_PATHS)}"
+            )
+        if self.fabric and self.fabric not in FABRICS:
+            raise UsageError(
+                f"system {self.name}: fabric {self.fabric!r}", f"one of {', '.join(FABRICS)}"
             )
         counts = (self.gpus_per_node, self.nvlink_links, self.nvlink_domain, self.nics_per_node)
         if self.gpus_per_node < 1 or min(counts) < 0 or self.nic_gbps < 0:
@@ -117,6 +125,7 @@ PRESETS: dict[str, System] = {
     for s in (
         _sys(
             name="dgx-a100",
+            fabric="infiniband",
             gpu="NVIDIA A100-SXM4-80GB",
             arch="ampere",
             gpus_per_node=8,
@@ -129,6 +138,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="dgx-h100",
+            fabric="infiniband",
             gpu="NVIDIA H100 80GB HBM3",
             arch="hopper",
             gpus_per_node=8,
@@ -141,6 +151,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="dgx-h200",
+            fabric="infiniband",
             gpu="NVIDIA H200",
             arch="hopper",
             gpus_per_node=8,
@@ -152,6 +163,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="dgx-b200",
+            fabric="infiniband",
             gpu="NVIDIA B200",
             arch="blackwell",
             gpus_per_node=8,
@@ -164,6 +176,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="gb200-nvl72",
+            fabric="infiniband",
             gpu="NVIDIA GB200",
             arch="blackwell",
             gpus_per_node=4,
@@ -179,6 +192,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="aws-p4d",
+            fabric="efa",
             gpu="NVIDIA A100-SXM4-40GB",
             arch="ampere",
             gpus_per_node=8,
@@ -192,6 +206,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="aws-p5",
+            fabric="efa",
             gpu="NVIDIA H100 80GB HBM3",
             arch="hopper",
             gpus_per_node=8,
@@ -205,6 +220,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="aws-p5en",
+            fabric="efa",
             gpu="NVIDIA H200",
             arch="hopper",
             gpus_per_node=8,
@@ -217,6 +233,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="gcp-a3-mega",
+            fabric="tcpx",
             gpu="NVIDIA H100 80GB HBM3",
             arch="hopper",
             gpus_per_node=8,
@@ -228,6 +245,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="gcp-a3-high",
+            fabric="tcpx",
             gpu="NVIDIA H100 80GB HBM3",
             arch="hopper",
             gpus_per_node=8,
@@ -239,6 +257,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="gcp-a4",
+            fabric="roce",
             gpu="NVIDIA B200",
             arch="blackwell",
             gpus_per_node=8,
@@ -250,6 +269,7 @@ PRESETS: dict[str, System] = {
         ),
         _sys(
             name="a100-100gbe",
+            fabric="ethernet",
             gpu="NVIDIA A100-SXM4-80GB",
             arch="ampere",
             gpus_per_node=8,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuprof.machine.systems import System
 from gpuprof.predict.ddp import DDPBasis
-from gpuprof.predict.network import CALIBRATED_BAND, GROWN_BAND, MODEL_BAND
+from gpuprof.predict.network import MODEL_BAND, bands
 from gpuprof.predict.whatifs import PredictRequest
 
 
@@ -46,9 +46,9 @@ def assumptions(
             "bandwidth rows"
             + (
                 "; calibrated by the run's own measurement (latency x, transfer x per size, "
-                f"carried to other shapes): +-{CALIBRATED_BAND:.0%}, the 75th percentile of that "
-                "error on published results held out by scale; carried between two measured node "
-                f"counts: +-{GROWN_BAND:.0%} (docs/validation.md)."
+                f"carried to other shapes): +-{bands(system)[0]:.0%}, the 75th percentile of that "
+                f"error on published results of {bands(system)[2]} held out by scale; carried "
+                f"between two measured node counts: +-{bands(system)[1]:.0%} (docs/validation.md)."
                 if calibrated
                 else "."
             )

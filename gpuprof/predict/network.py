@@ -24,6 +24,23 @@ CALIBRATED_BAND = 0.35
 # percentile of its error on the published results held out past their two smallest counts
 # (238 of the 585 rows are carried; median 6.5%; measured 2026-11-29)
 GROWN_BAND = 0.16
+# both bands by the system's fabric where published rows were measured on it (the same 75th
+# percentiles over that group's rows alone, measured 2026-11-29): InfiniBand and RoCE (NCCL's
+# IB transport over RDMA verbs; 411 rows of 8 systems from one count, 66 carried), Slingshot
+# (437 rows of 2 systems, 172 carried); other fabrics keep the bands of all rows
+FABRIC_GROUPS = {"infiniband": "InfiniBand and RoCE", "roce": "InfiniBand and RoCE"}
+FABRIC_GROUPS["slingshot"] = "Slingshot"
+FABRIC_BANDS = {"InfiniBand and RoCE": (0.15, 0.07), "Slingshot": (0.48, 0.20)}
+
+
+def bands(system: System) -> tuple[float, float, str]:
+    """A calibrated row's band from one count, carried between two, and whose published rows
+    measured them (the system's fabric group, else all)."""
+    group = FABRIC_GROUPS.get(system.fabric)
+    if group is None:
+        return CALIBRATED_BAND, GROWN_BAND, "all published systems"
+    one, two = FABRIC_BANDS[group]
+    return one, two, f"{group} systems"
 
 
 class Network(Protocol):
@@ -127,11 +144,12 @@ class CalibratedNetwork:
         other = calibrate.partner(pool, chosen, nodes, self.system)
         got = calibrate.predict(self.system, chosen, nodes, gpus, size, other)
         counts = got.between or (chosen.nodes,)
+        one, grown, _ = bands(self.system)
         shape = "-".join(f"{n}x{chosen.gpus}" for n in counts)
         return Collective(
             time_us=got.time_us,
             busbw_gbps=got.busbw_gbps,
-            rel=0.0 if got.measured else GROWN_BAND if got.between else CALIBRATED_BAND,
+            rel=0.0 if got.measured else grown if got.between else one,
             algorithm=f"{got.choice.algorithm}/{got.choice.protocol}",
             source=f"measured {shape}" if got.measured else f"{shape} + {self.system.name}",
             terms=got.terms,
