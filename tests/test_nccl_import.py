@@ -410,6 +410,10 @@ def test_a_slow_size_at_nccls_switch_names_the_choice_to_force() -> None:
     )
     assert "NCCL's model on polaris picks tree/LL at 64 KiB and ring/LL at 128 KiB" in text
     assert "again with NCCL_ALGO=Tree NCCL_PROTO=LL;" in text
+    # Polaris is Slingshot: the settings that moved such steps on CSCS Alps (its study)
+    assert "FI_CXI_DEFAULT_CQ_SIZE=131072" in text and "NCCL_CROSS_NIC=1" in text
+    (ib,) = step_findings(pd.DataFrame([step]), {"backend": "nccl"}, load_system("abci-a"))
+    assert "FI_CXI" not in ib  # InfiniBand: no libfabric
     # the same step where NCCL's model keeps its choice (8 KiB -> 16 KiB: tree/LL on both)
     kept = dict(step, size_small=8192.0, size_large=16384.0)
     (text,) = step_findings(pd.DataFrame([kept]), {"backend": "nccl"}, load_system("polaris"))

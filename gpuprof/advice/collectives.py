@@ -91,6 +91,18 @@ def _size(size: float) -> str:
     return format_size(whole) if whole & (whole - 1) == 0 else f"{whole:,} B"
 
 
+# published evidence of where a slow size on Slingshot comes from (CSCS Alps, NCCL 2.23 with
+# aws-ofi-nccl; boeschf/nccl-benchmark-on-alps-2025, results/: 10 configurations per count)
+SLINGSHOT_STEPS = (
+    " On Slingshot such sizes have moved with libfabric's CXI queues and NCCL's NIC assignment"
+    " (CSCS Alps, boeschf/nccl-benchmark-on-alps-2025: all_reduce of 1 MiB on 2 nodes 864-921"
+    " us by default, 351-353 us with FI_CXI_DEFAULT_CQ_SIZE=131072,"
+    " FI_CXI_DEFAULT_TX_SIZE=32768, FI_CXI_SAFE_DEVMEM_COPY_THRESHOLD=16777216 and"
+    " NCCL_WORK_FIFO_DEPTH=4194304 together, 137-171 us with NCCL_CROSS_NIC=1): measure it"
+    " again with each."
+)
+
+
 def _cause(row: pd.Series, info: dict[str, Any], system: System | None) -> str:
     """What NCCL chose on each side of a step (by its TUNING lines in the log, else by its
     model on the run's system) and what to do; "" where neither says."""
@@ -102,19 +114,20 @@ def _cause(row: pd.Series, info: dict[str, Any], system: System | None) -> str:
         sides = [_modelled(system, row, size) for size in sizes]
         said = f"NCCL's model on {system.name if system else '?'} picks"
     below, above = sides
+    fabric = SLINGSHOT_STEPS if system is not None and system.fabric == "slingshot" else ""
     if below is None or above is None:
-        return ""
+        return fabric
     if below == above:
         return (
             f" {said} {below} on both sides: look below NCCL (the network stack's size "
-            "thresholds), and run it again to see whether it repeats."
+            "thresholds), and run it again to see whether it repeats." + fabric
         )
     faster = below if row["kind"] == "jump" else above
     return (
         f" {said} {below} at {_size(sizes[0])} and {above} at {_size(sizes[1])}: measure "
         f"these sizes again with {_setting(faster)}; if that is faster, NCCL's tuning "
         "misjudges this system here (force it for the job's sizes, or give NCCL a tuner "
-        "plugin)."
+        "plugin)." + fabric
     )
 
 
