@@ -369,7 +369,9 @@ def test_a_slow_size_of_a_real_log_is_a_finding_and_noise_is_not(gp: Gp, tmp_pat
     256 B, the other place smooth) has no slow size."""
     (slow,) = _import(gp, tmp_path / "a", LOGS / "08_nccl2441_v2.18.3_newest_2nodes_stepbytes.txt")
     page = (tmp_path / "slow.html").as_posix()
-    assert gp("report", slow, "-o", page).code == 0
+    written = gp("report", slow, "-o", page)
+    assert written.code == 0 and written.out.strip() == page  # the path alone on stdout
+    assert written.err.startswith("One finding: ") and "\n- all_reduce over 4 ranks" in written.err
     text = Path(page).read_text()
     assert (
         "First finding: all_reduce over 4 ranks on 2 node(s): 1,000,000 B takes 2.2x the time "

@@ -12,7 +12,13 @@ from typing import Any
 import click
 
 from gpuprof import registry
-from gpuprof.cli.options import all_probe_options, launch_options, pop_probe_options, probe_options
+from gpuprof.cli.options import (
+    all_probe_options,
+    headline,
+    launch_options,
+    pop_probe_options,
+    probe_options,
+)
 from gpuprof.errors import GpuprofError, MeasurementError, UsageError
 from gpuprof.params import csv
 
@@ -108,7 +114,7 @@ def _say(request: Any, result: Any, tables: bool, fmt: str = "table") -> None:
             click.echo(json.dumps(summary, default=str))
         else:
             if result.verdict and not request.quiet:  # the verdict before the path (stderr)
-                click.echo("\n".join(_headline(result.verdict, result.findings)), err=True)
+                click.echo("\n".join(headline(result.verdict, result.findings)), err=True)
             if result.took_s is not None and result.estimated_s and not request.quiet:
                 click.echo(_timing(result.took_s, result.estimated_s), err=True)
             click.echo(str(result.report or result.run_dir))
@@ -122,17 +128,6 @@ def _say(request: Any, result: Any, tables: bool, fmt: str = "table") -> None:
             f"run {result.status}: {_who(first)}{first.get('error') or 'unknown error'}",
             f"completed cases are kept in {result.run_dir}",
         )
-
-
-HEADLINE_FINDINGS = 3  # findings a sweep prints in the terminal
-
-
-def _headline(verdict: str, findings: tuple[str, ...]) -> list[str]:
-    """The report's verdict and its first findings, and how many more there are."""
-    lines = [verdict, *(f"- {line}" for line in findings[:HEADLINE_FINDINGS])]
-    if len(findings) > HEADLINE_FINDINGS:
-        lines.append(f"({len(findings) - HEADLINE_FINDINGS} more finding(s) in the report)")
-    return lines
 
 
 def _timing(took_s: float, estimated_s: float) -> str:

@@ -165,3 +165,15 @@ def launch_options(func: F) -> F:
             "spread between runs)",
         ),
     )(func)
+
+
+HEADLINE_FINDINGS = 3  # findings printed in the terminal after a report is written
+
+
+def headline(verdict: str, findings: Iterable[str]) -> list[str]:
+    """The report's verdict and its first findings, and how many more there are."""
+    found = list(findings)
+    lines = [verdict, *(f"- {line}" for line in found[:HEADLINE_FINDINGS])]
+    if len(found) > HEADLINE_FINDINGS:
+        lines.append(f"({len(found) - HEADLINE_FINDINGS} more finding(s) in the report)")
+    return lines

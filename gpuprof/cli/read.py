@@ -10,7 +10,7 @@ import click
 
 from gpuprof import registry
 from gpuprof.cli.export import nccl_tests_of
-from gpuprof.cli.options import out_option
+from gpuprof.cli.options import headline, out_option
 from gpuprof.errors import UsageError
 from gpuprof.text import fixed_width
 from gpuprof.units import format_size
@@ -76,14 +76,16 @@ def report(run_spec: str, output: str | None, out: str) -> None:
     Example: gpuprof report latest -o /tmp/report.html
     """
     # deferred: loads pandas, plotly
-    from gpuprof.reports.html import write_report
+    from gpuprof.reports.html import write_report_headline
     from gpuprof.runs.store import open_run
 
     run_obj = open_run(run_spec, out)
     target = Path(output) if output else None
     if target is not None and not target.parent.is_dir():
         raise UsageError(f"cannot write {target}: {target.parent} is not a folder")
-    click.echo(str(write_report(run_obj, target)))
+    path, verdict, found = write_report_headline(run_obj, target)
+    click.echo("\n".join(headline(verdict, found)), err=True)  # as a sweep ends: stderr
+    click.echo(str(path))
 
 
 @click.command()
