@@ -149,6 +149,9 @@ def test_a_slow_size_is_a_step_past_its_bytes_in_both_places() -> None:
     # within the smaller size's slowest iterations: noise
     noisy = [(65536, 78.5, 300.0), (131072, 370.8, 400.0)]
     assert slow_steps(_curve({False: noisy})).empty
+    # a place with no time at a size is as if not measured there: the other place decides
+    gap = [(32768, 66.4, 66.4), (65536, 78.5, 78.5), (131072, float("nan"), float("nan"))]
+    assert len(slow_steps(_curve({False: jump, True: gap}))) == 1
     # the margin is over the bytes: 4x the bytes may take 5x the time, not 6.5x
     assert slow_steps(_curve({False: [(1 << 16, 10.0, 10.0), (1 << 18, 50.0, 50.0)]})).empty
     (big,) = slow_steps(

@@ -173,6 +173,17 @@ def test_two_node_counts_measure_the_growth_with_the_node_count() -> None:
                 assert abs(got.time_us / want - 1) < abs(alone.time_us / want - 1)
                 assert abs(got.time_us / want - 1) < 0.01, (nodes, size)
     assert carried >= 6
+    # NCCL said it ran a size with what the model does not run here (PAT: one GPU a node):
+    # the model's own choice at both counts, so the growth is carried as without it
+    said = {8: "pat/Simple"}
+    two_said, four_said = (
+        calibrate(H100, "all_reduce", "float32", n, 8, [(s, _growing(n, s, 9.0)) for s in sizes],
+                  "x", choices=said)
+        for n in (2, 4)
+    )  # fmt: skip
+    assert two_said is not None and four_said is not None
+    with_said = predict(H100, four_said, 256, 8, 8.0, two_said)
+    assert with_said.between == (2, 4) and with_said == predict(H100, four, 256, 8, 8.0, two)
     # below the smaller count a line through the two is not carried (it can fall under zero)
     eight = calibrate(H100, "all_reduce", "float32", 8, 8, [(8, 400.0)], "x")
     sixteen = calibrate(H100, "all_reduce", "float32", 16, 8, [(8, 900.0)], "x")
@@ -437,10 +448,12 @@ def test_nccls_own_choice_at_a_measured_size_is_what_it_measures() -> None:
     said = dict.fromkeys(sizes, "ring/LL")
     found = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x", choices=said)
     assert found is not None and found.latency_scale == pytest.approx(1.0)
-    assert found.ran(8) == ("ring", "LL") and found.ran(3) == (None, None)
+    assert found.choices == tuple((s, "ring/LL") for s in sizes)
     blind = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x")
     # ring/LL's 40 us at 8 B against tree/LL's 25.2: read as a tree 1.59x slower
     assert blind is not None and blind.latency_scale == pytest.approx(40.0 / 25.2, rel=0.01)
-    # a choice the model has no such algorithm for on this shape: the model's own
-    odd = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x", choices={8: "pat/Simple"})
-    assert odd is not None and odd.ran(8) == ("pat", "Simple")
+    # a choice the model does not run on this shape (PAT: one GPU a node), or a size not
+    # measured: the model's own, and the notes do not count them
+    said = {8: "pat/Simple", 3: "ring/LL"}
+    odd = calibrate(H100, "all_reduce", "float32", 2, 8, ring, "x", choices=said)
+    assert odd is not None and odd.choices == () and odd == replace(blind, choices=())

@@ -423,6 +423,23 @@ def test_a_slow_size_at_nccls_switch_names_the_choice_to_force() -> None:
     # a gloo run: nothing about NCCL
     (text,) = step_findings(pd.DataFrame([step]), {"backend": "gloo"}, None)
     assert text.endswith("Run it again to see whether it repeats.")
+    # inside one node: no network to look at, no Slingshot settings
+    one = dict(kept, world_size=4, num_nodes=1)
+    (text,) = step_findings(pd.DataFrame([one]), {"backend": "nccl"}, load_system("polaris"))
+    assert "its transport in the node" in text and "FI_CXI" not in text
+    # a shape the summary cannot say (no node count): the finding without NCCL's choice
+    for nodes in (0, float("nan")):
+        bad = dict(step, num_nodes=nodes)
+        (text,) = step_findings(pd.DataFrame([bad]), {"backend": "nccl"}, load_system("polaris"))
+        assert "forced to see which choice is slow" in text
+    # past the three named, the rest listed
+    many = [dict(step, size_small=float(1 << k), size_large=float(2 << k), ratio=r)
+            for k, r in zip(range(10, 15), (5.0, 4.0, 3.0, 2.5, 2.2), strict=True)]  # fmt: skip
+    found = step_findings(pd.DataFrame(many), {"backend": "gloo"}, None)
+    assert len(found) == 3 and found[-1].endswith(
+        "Also slow: all_reduce 8 KiB -> 16 KiB on 2 node(s) 2.5x, all_reduce 16 KiB -> "
+        "32 KiB on 2 node(s) 2.2x."
+    )
 
 
 # NVIDIA/nccl issue 1453 (NCCL 2.21, MPICH's -prepend-rank, NCCL_DEBUG_SUBSYS=TUNING): its
@@ -529,7 +546,93 @@ def test_nccls_choices_read_back_skip_what_a_hand_edit_broke() -> None:
         {"op": "all_reduce", "nccl_choices": {"abc": ["x"], "64": ["tree/LL"], "128": "ring/LL"}}
     ]
     tests.append({"op": "all_gather", "nccl_choices": {"256": ["ring/LL", "ring/Simple"]}})
+    tests.append({"op": "all_reduce", "nccl_choices": {"512": ["ring/LL"]}})
+    tests.append({"op": "all_reduce", "nccl_choices": {"512": ["tree/LL"]}})
     info = {"imported": [{"tests": tests}, "junk", {"tests": "x"}]}
-    # a size NCCL ran two ways is not one choice: the log does not say which time is whose
+    # a size NCCL ran two ways (in one test or two) is not one choice: the log does not say
+    # which time is whose
     assert measured_choices(info) == {("all_reduce", 64): "tree/LL"}
     assert measured_choices({"imported": None}) == {} == measured_choices({})
+
+
+def _printed(host: str, rows: list[tuple[int, str, int, float, float]], check: bool = True) -> str:
+    """A log as nccl-tests prints it with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING and no
+    launcher prefix: a row's case columns (src/util.cu `%12li  %12li  %8s  %6s  %6s`), NCCL's
+    per-call lines right after them (src/debug.cc `host:pid:tid [dev] NCCL INFO`, NCCL 2.24
+    on: `AllReduce: N Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}`), each place's
+    columns (`  %7s  %6s  %6s  %6g`, or `    N/A` unchecked), the newline last. rows: (size,
+    redop, root, out-of-place us, in-place us)."""
+    head = [
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 5 "
+        "iters: 20 agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+        f"#  Rank  0 Group  0 Pid   4242 on {host} device  0 [0000:1b:00] NVIDIA H100 80GB HBM3",
+        f"#  Rank  1 Group  0 Pid   4343 on {host}x device  0 [0000:1b:00] NVIDIA H100 80GB HBM3",
+        "#",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong",
+    ]
+    func = "Reduce" if rows[0][2] >= 0 else "AllReduce"
+    out = "\n".join(head) + "\n"
+    for size, redop, root, first, second in rows:
+        algo = "TREE" if size < 65536 else "RING"
+        info = f"{host}:4242:4242 [0] NCCL INFO {func}: {size} Bytes -> Algo {algo} proto LL "
+        info += "channel{Lo..Hi}={0..1}\n"
+        out += f"{size:12d}  {size // 4:12d}  {'float':>8s}  {redop:>6s}  {root:6d}" + info * 3
+        for time in (first, second):
+            wrong = f"  {0:6g}" if check else "    N/A"
+            out += f"  {time:7.2f}  {0.1:6.2f}  {0.1:6.2f}{wrong}" + (
+                info * 2 if time == first else ""
+            )
+        out += "\n"
+    return out + "# Out of bounds values : 0 OK\n"
+
+
+@pytest.mark.parametrize(
+    ("host", "check"), [("gpu-node1", True), ("gpu-node1", False), ("7node", True)]
+)
+def test_a_plain_log_with_nccls_lines_inside_its_rows_reads_whole(
+    gp: Gp, tmp_path: Path, host: str, check: bool
+) -> None:
+    """Without a launcher prefix NCCL's message follows the root's or #wrong's digits directly
+    (`-1gpu-node1:4242:...`): every row and value read as printed, `N/A` unchecked, a host
+    starting with a digit known from the rank lines."""
+    log = tmp_path / "job.log"  # the name says no op: the columns say it
+    rows = [
+        (8, "sum", -1, 30.5, 31.5),
+        (65536, "sum", -1, 60.25, 61.0),
+        (1 << 20, "sum", -1, 150.0, 151.0),
+    ]
+    log.write_text(_printed(host, rows, check))
+    (run,) = _import(gp, tmp_path / "runs", log)
+    summary = summarize_run(open_run(run), "collectives")
+    got = sorted(zip(summary["size_bytes"], summary["in_place"], summary["time_us"], strict=True))
+    want = [(s, place, t) for s, _, _, a, b in rows for place, t in ((False, a), (True, b))]
+    assert got == sorted(want) and set(summary["op"]) == {"all_reduce"}
+    assert (summary["nwrong"] == 0).all() if check else summary["nwrong"].isna().all()
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "complete"
+    assert info["imported"][0]["tests"][0]["nccl_choices"] == {
+        "8": ["tree/LL"], "65536": ["ring/LL"], "1048576": ["ring/LL"],
+    }  # fmt: skip
+    # a reduce (root 0) still reads as a reduce
+    log.write_text(_printed(host, [(s, "sum", 0, a, b) for s, _, _, a, b in rows], check))
+    (run,) = _import(gp, tmp_path / "reduce", log)
+    assert set(summarize_run(open_run(run), "collectives")["op"]) == {"reduce"}
+
+
+def test_a_row_cut_by_the_next_test_keeps_the_next_test_whole(gp: Gp, tmp_path: Path) -> None:
+    """A job that died inside a row and a second test after it: the first test stops at that
+    row, the second is read with its own options."""
+    first = _printed("gpu-node1", [(8, "sum", -1, 30.5, 31.5), (64, "sum", -1, 33.0, 34.0)])
+    cut = first.rsplit("  33.00", 1)[0].rstrip("\n") + "\n"
+    second = _printed("gpu-node1", [(8, "sum", -1, 20.0, 21.0)]).replace("iters: 20", "iters: 7")
+    log = tmp_path / "all_reduce.log"
+    log.write_text(cut + second)
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs")
+    assert got.code == 0 and "the row before breaks off" in got.err
+    info = json.loads(Path(got.out.split()[0], "run.json").read_text())
+    tests = info["imported"][0]["tests"]
+    assert [t["rows"] for t in tests] == [1, 1] and "stopped" in tests[0]
+    assert tests[1]["options"]["iters"] == "7" and "stopped" not in tests[1]

@@ -72,11 +72,22 @@ def collective_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str
 def _modelled(system: System | None, row: pd.Series, size: float) -> str | None:
     """NCCL's choice (`tree/LL`) for the step's op at `size` on the run's shape by its own
     model (None without a system, or for an op outside NCCL's tuning model)."""
-    world, nodes = int(row["world_size"]), int(row["num_nodes"])
-    if system is None or row["op"] not in nccl.OPS or world % nodes:
+    world, nodes = _count(row["world_size"]), _count(row["num_nodes"])
+    if system is None or row["op"] not in nccl.OPS or world < 2 or nodes < 1 or world % nodes:
         return None
-    got = nccl.collective(at_gpus(system, world // nodes), str(row["op"]), world, size)
+    try:
+        got = nccl.collective(at_gpus(system, world // nodes), str(row["op"]), world, size)
+    except ValueError:  # no algorithm of the model runs this op on this shape
+        return None
     return f"{got.algorithm}/{got.protocol}"
+
+
+def _count(value: Any) -> int:
+    """A count from the summary (0 where it is missing or not a number)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _setting(choice: str) -> str:
@@ -114,13 +125,16 @@ def _cause(row: pd.Series, info: dict[str, Any], system: System | None) -> str:
         sides = [_modelled(system, row, size) for size in sizes]
         said = f"NCCL's model on {system.name if system else '?'} picks"
     below, above = sides
-    fabric = SLINGSHOT_STEPS if system is not None and system.fabric == "slingshot" else ""
+    across = _count(row["num_nodes"]) > 1  # a network between the ranks
+    slingshot = across and system is not None and system.fabric == "slingshot"
+    fabric = SLINGSHOT_STEPS if slingshot else ""
     if below is None or above is None:
         return fabric
     if below == above:
+        where = "the network stack's size thresholds" if across else "its transport in the node"
         return (
-            f" {said} {below} on both sides: look below NCCL (the network stack's size "
-            "thresholds), and run it again to see whether it repeats." + fabric
+            f" {said} {below} on both sides: look below NCCL ({where}), and run it again to "
+            "see whether it repeats." + fabric
         )
     faster = below if row["kind"] == "jump" else above
     return (
@@ -168,8 +182,14 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
         if nccl_run:
             text += " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints NCCL's choice per call."
         found.append(text)
-    if len(steps) > SHOWN_STEPS:
-        found[-1] += f" ({len(steps) - SHOWN_STEPS} more slow size(s) in the collectives table.)"
+    rest = steps.sort_values("ratio", ascending=False).iloc[SHOWN_STEPS:]
+    if not rest.empty:
+        listed = ", ".join(
+            f"{r['op']} {_size(float(r['size_small']))} -> {_size(float(r['size_large']))} "
+            f"on {r['num_nodes']} node(s) {float(r['ratio']):.1f}x"
+            for _, r in rest.iterrows()
+        )
+        found[-1] += f" Also slow: {listed}."
     return found
 
 

@@ -128,12 +128,14 @@ def slow_steps(summary: pd.DataFrame) -> pd.DataFrame:
     explain (time grows at most as fast as the bytes: a latency plus bytes over a rate), a
     "drop" where the smaller size takes STEP x the larger one's time. Each side against the
     other's 99th-percentile iteration (noise is not a step), and where the curve was measured
-    in place and out of place, in both (one curve's outlier is not a step). Columns
+    in place and out of place, in both (one curve's outlier is not a step); a size with no
+    time is as if not measured. Columns
     STEP_COLUMNS (times us, the out-of-place ones where measured; ratio: the larger time over
     the smaller, or the smaller over the larger for a drop)."""
     found: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
     places: dict[tuple[object, ...], int] = {}
-    for key, curve in summary.groupby([*CURVE, "in_place"], sort=False, dropna=False):
+    measured = summary[summary["time_us"].notna() & summary["size_bytes"].notna()]
+    for key, curve in measured.groupby([*CURVE, "in_place"], sort=False, dropna=False):
         *shape, in_place = key
         points = curve.sort_values("size_bytes")
         rows = list(

@@ -116,15 +116,6 @@ class Calibration:
     # (size, "algorithm/protocol"): what NCCL said it ran at measured sizes (TUNING lines)
     choices: tuple[tuple[int, str], ...] = ()
 
-    def ran(self, size: int) -> tuple[str | None, str | None]:
-        """The algorithm and protocol NCCL ran `size` with where it said so, else the forced
-        algorithm (if any) and no protocol: what the model is run with at a measured size."""
-        said = dict(self.choices).get(size)
-        if said is None:
-            return self.algorithm, None
-        algorithm, _, protocol = said.partition("/")
-        return algorithm, protocol
-
     @property
     def ranks(self) -> int:
         return self.nodes * self.gpus
@@ -178,17 +169,15 @@ def calibrate(
     points = sorted((int(s), float(t)) for s, t in points if s > 0 and t > 0)
     if not points or nodes * gpus < 2:
         return None
-    said = tuple(sorted((int(k), v) for k, v in (choices or {}).items()))
-    shell = Calibration(op, dtype, nodes, gpus, (), None, (), origin, algorithm, choices=said)
+    said, used = dict(choices or {}), {}  # used: the measured sizes run as NCCL said
     parts, bounds = [], []
     for size, time in points:
         try:
-            try:
-                choice = nccl.collective(target, op, nodes * gpus, size, *shell.ran(size))
-            except ValueError:  # what NCCL said it ran is not in the model here: its own
-                choice = nccl.collective(target, op, nodes * gpus, size, algorithm)
+            choice = _run(target, op, nodes * gpus, size, algorithm, said.get(size))
         except ValueError:  # the model has no such algorithm at this shape
             return None
+        if said.get(size) == f"{choice.algorithm}/{choice.protocol}":
+            used[size] = said[size]
         at = message(op, size, nodes * gpus)  # the axis the factors are kept on
         parts.append((at, time, choice.latency_us, choice.time_us - choice.latency_us))
         bounds.append((_log2(at), choice.bound))
@@ -227,8 +216,23 @@ def calibrate(
         algorithm=algorithm,
         bounds=tuple(b for b, p in zip(bounds, parts, strict=True) if _measures_transfer(p)),
         latency_knots=per_message,
-        choices=said,
+        choices=tuple(sorted(used.items())),
     )
+
+
+def _run(
+    system: System, op: str, ranks: int, size: float, algorithm: str | None, said: str | None
+) -> nccl.Choice:
+    """NCCL's model at a measured size: with the algorithm and protocol NCCL said it ran
+    (`said`, `tree/LL`) where the model has them on this shape, else its own choice (within
+    a forced `algorithm`); a ValueError where the model has no such algorithm at all."""
+    if said:
+        named, _, protocol = said.partition("/")
+        try:
+            return nccl.collective(system, op, ranks, size, named, protocol)
+        except ValueError:
+            pass
+    return nccl.collective(system, op, ranks, size, algorithm)
 
 
 def _measures_transfer(part: tuple[float, float, float, float]) -> bool:
@@ -368,7 +372,7 @@ def grown(
         if point is None:
             return None
         try:
-            choice = nccl.collective(target, op, c.ranks, point[0], *c.ran(point[0]))
+            choice = _run(target, op, c.ranks, point[0], c.algorithm, dict(c.choices).get(point[0]))
         except ValueError:
             return None
         found.append((point[1], choice))

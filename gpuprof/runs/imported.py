@@ -89,15 +89,17 @@ def nccl_choices(block: Block) -> dict[str, list[str]]:
 def measured_choices(info: dict[str, Any]) -> dict[tuple[str, int], str]:
     """NCCL's own choice (`tree/LL`) per op and size of an imported run whose log printed
     NCCL's per-call TUNING lines (run.json's `imported`, `nccl_choices`); only sizes with one
-    choice (with several the log does not say which call a time belongs to)."""
-    found = {}
+    choice over all its tests (with several the log does not say which call a time belongs
+    to). By op and size: NCCL chooses by the bytes, whatever their type."""
+    found: dict[tuple[str, int], set[str]] = {}
     for log in info.get("imported") or []:
         for test in log.get("tests", []) if isinstance(log, dict) else []:
             said = test.get("nccl_choices") if isinstance(test, dict) else None
             for size, choices in (said if isinstance(said, dict) else {}).items():
-                if str(size).isdigit() and isinstance(choices, list) and len(choices) == 1:
-                    found[(str(test.get("op")), int(size))] = str(choices[0])
-    return found
+                if str(size).isdigit() and isinstance(choices, list):
+                    key = (str(test.get("op")), int(size))
+                    found.setdefault(key, set()).update(str(c) for c in choices)
+    return {key: choices.pop() for key, choices in found.items() if len(choices) == 1}
 
 
 def _hardware(spec: str | None) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ RING 1, COLLNET_DIRECT 2, COLLNET_CHAIN 3, NVLS 4, NVLS_TREE 5, PAT 6; NCCL_PROT
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # NCCL's algorithms and protocols, in its enums' order, as gpuprof's model names them
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
@@ -30,10 +31,14 @@ TESTS_VERSION = re.compile(
     r"(?:.*nccl-library=(?P<lib>\d+))?"
 )
 ENV = re.compile(r"\b(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S+)")
-# a message's start: [launcher prefix] host:pid:tid [device] ... NCCL INFO|WARN|TRACE
-MESSAGE = re.compile(
-    r"(?:\[\d+\]\s*)?[\w.-]+:\d+:\d+\s+\[\d+\][^\[]*?\b[RN]CCL (?:INFO|WARN|TRACE)\b"
-)
+# a message's start (src/debug.cc): a launcher's `[0] ` and NCCL's timestamp (`[%F %T] `) if
+# any, then `host:pid:tid [device]`, a WARN's or TRACE's source, `NCCL INFO|WARN|TRACE`.
+# nccl-tests prints a row's pieces with no space after them (src/util.cu: `%6s` root, `%6g`
+# #wrong), so a message can follow a digit directly: a host the rank lines did not name must
+# start with a letter to be told from it
+_BRACKETS = r"(?:\[[^\]\n]*\]\s*)*"
+_AFTER_HOST = r":\d+:\d+\s+\[\d+\][^\[\n]*?\b[RN]CCL (?:INFO|WARN|TRACE)\b"
+MESSAGE = re.compile(_BRACKETS + r"[A-Za-z][\w.-]*" + _AFTER_HOST)
 CHOICE = re.compile(
     r"\b(?:(?P<func>[A-Za-z]+):\s+)?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
 )
@@ -47,8 +52,15 @@ def nccl_version(code: int) -> str:
     return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
 
 
-def message_start(text: str) -> int | None:
-    """Where an NCCL message starts in a line (None: the line has none)."""
+def message_start(text: str, hosts: Iterable[str] = ()) -> int | None:
+    """Where an NCCL message starts in a line (None: the line has none); `hosts`: those the
+    rank lines named (a message from one of them is found whatever its name starts with)."""
+    named = sorted(set(hosts), key=len, reverse=True)
+    if named:
+        pattern = f"{_BRACKETS}(?:{'|'.join(re.escape(h) for h in named)}){_AFTER_HOST}"
+        found = re.search(pattern, text)
+        if found:
+            return found.start()
     found = MESSAGE.search(text)
     return found.start() if found else None
 

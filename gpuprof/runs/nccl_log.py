@@ -291,14 +291,19 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
         log.lines = number
         text = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
         read_versions(text, log.versions, log.env)
-        start = message_start(text)
+        start = message_start(text, (d.host for d in devices))
         if start is not None:  # an NCCL message, after a piece of a row where one is open
             piece, choice = text[:start], read_choice(text[start:])
             if block is not None and (pending or piece.strip()[:1].isdigit()):
                 pending += " " + piece
                 chosen |= {choice} if choice and pending.strip() else set()
             continue
-        if pending:
+        if pending and not text.strip():
+            continue  # a blank line inside a row: nothing of it
+        if pending and block is not None and text.lstrip().startswith("#"):
+            block.stopped = f"{path}:{number}: the row before breaks off; stopped there"
+            block, pending, chosen = None, "", set()  # the header line is read as ever
+        elif pending:
             text, pending = f"{pending} {text}", ""
         stripped = text.strip()
         if _NOISE.search(text):
