@@ -636,3 +636,57 @@ def test_a_row_cut_by_the_next_test_keeps_the_next_test_whole(gp: Gp, tmp_path: 
     tests = info["imported"][0]["tests"]
     assert [t["rows"] for t in tests] == [1, 1] and "stopped" in tests[0]
     assert tests[1]["options"]["iters"] == "7" and "stopped" not in tests[1]
+
+
+def _across(op: str, nodes: int, world: int, size: int, time: float) -> dict[str, object]:
+    return {
+        "op": op, "dtype": "float32", "redop": "sum", "scope": "global", "group": "all",
+        "world_size": world, "num_nodes": nodes, "in_place": False, "size_bytes": size,
+        "time_us": time, "time_us_p99": time,
+    }  # fmt: skip
+
+
+def test_a_ring_across_nodes_under_its_nics_line_rate_is_a_finding() -> None:
+    """A node's NICs bound a ring's traffic between nodes: Polaris's 2-node all_reduce at
+    1 GiB (alcf-nccl-tests: 51,310 us, 36.6 GB/s busbw) is 73% of its 2 x 200 Gbit/s."""
+    import pandas as pd
+
+    from gpuprof.advice.collectives import nic_findings
+    from gpuprof.machine.systems import load_system
+
+    polaris = load_system("polaris")
+    rows = [
+        _across("all_reduce", 2, 8, 1 << 30, 51310.0),
+        _across("all_reduce", 2, 8, 1 << 29, 25729.0),
+    ]
+    (text,) = nic_findings(pd.DataFrame(rows), polaris)
+    assert text.startswith(
+        "all_reduce across 2 nodes reaches 36.6 GB/s busbw at 1 GiB, 73% of a node's NICs "
+        "(2 x 200 Gbit/s = 50 GB/s), which bound a ring's traffic between nodes"
+    )
+    assert "polaris says PHB" in text
+    quiet = [
+        _across("all_reduce", 2, 8, 1 << 30, 51310.0 * 0.7),  # 105%: a tree can pass them
+        _across("all_gather", 2, 8, 64 << 20, 50000.0),  # 64 MiB: too small to show the rate
+        _across("all_to_all", 2, 8, 1 << 30, 90000.0),  # not a ring's traffic
+        _across("all_reduce", 1, 4, 1 << 30, 90000.0),  # one node: no NIC
+    ]
+    assert nic_findings(pd.DataFrame(quiet), polaris) == []
+    assert nic_findings(pd.DataFrame(rows), None) == []  # no system, no line rate
+    # a scope of several groups (rails: one GPU of every node each): one finding, the slowest
+    rails = [
+        dict(_across("all_reduce", 2, 2, 1 << 30, t), scope="rails", group=g)
+        for g, t in (("rail0", 100000.0), ("rail1", 200000.0))
+    ]
+    (text,) = nic_findings(pd.DataFrame(rails), polaris)
+    assert text.startswith("all_reduce across 2 nodes (group rail1, the slowest of 2) reaches")
+
+
+def test_the_notes_say_what_the_bus_reached_against_the_nics(gp: Gp, tmp_path: Path) -> None:
+    """The calibration derives the bus bandwidth reached as a share of the NICs' line rate:
+    log 07 (2 x 8 H100, NCCL 2.26) reaches 469 GB/s at 16 GiB against DGX H100's 8 x 400
+    Gbit/s (a tree across two nodes passes a ring's bound)."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    (run,) = _import(gp, tmp_path, log, "--hardware", "dgx-h100")
+    notes = gp("predict", run, "--nodes", "4", "--sizes", "1G").out
+    assert "busbw 469.2 GB/s at 16 GiB, 117% of a node's NICs' 400 GB/s" in notes

@@ -15,7 +15,7 @@ from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.machine.systems import System
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus
-from gpuprof.predict.calibrations import run_system
+from gpuprof.predict.calibrations import nic_reach, run_system
 from gpuprof.runs.imported import measured_choices
 from gpuprof.units import format_size
 
@@ -193,10 +193,57 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
     return found
 
 
+NIC_BELOW = 0.8  # a ring across nodes under this share of the NICs' line rate is worth a look
+
+
+def nic_findings(summary: pd.DataFrame, system: System | None) -> list[str]:
+    """Per op and scope across nodes (a ring's traffic between nodes passes every node's
+    NICs), the largest size's busbw against a node's NICs' line rate where it is under
+    NIC_BELOW of it (the largest size at least 256 MiB: smaller sizes do not show the rate);
+    of a scope's groups (rails), the slowest."""
+    if system is None or summary.empty:
+        return []
+    worst: dict[tuple[str, str, int, int], tuple[float, str, int, float, float]] = {}
+    groups: dict[tuple[str, str, int, int], int] = {}
+    keys = ["op", "scope", "group", "world_size", "num_nodes"]
+    across = summary[summary["num_nodes"].fillna(0) > 1]
+    for (op, scope, group, world, nodes), curve in across.groupby(keys, sort=True):
+        world, nodes = _count(world), _count(nodes)
+        if nodes < 2 or world % nodes:
+            continue
+        best = curve.groupby("size_bytes")["time_us"].min().dropna()  # the faster place
+        points = [(_count(size), float(time)) for size, time in best.items()]
+        got = nic_reach(system, str(op), nodes, world // nodes, points)
+        if got is None:
+            continue
+        key = (str(op), str(scope), world, nodes)
+        groups[key] = groups.get(key, 0) + 1
+        share = got[1] / got[2]
+        if key not in worst or share < worst[key][0]:
+            worst[key] = (share, str(group), *got)
+    found = []
+    for key, (share, group, size, busbw, line) in worst.items():
+        if share >= NIC_BELOW:
+            continue
+        op, scope, world, nodes = key
+        node = at_gpus(system, world // nodes)
+        which = f" (group {group}, the slowest of {groups[key]})" if groups[key] > 1 else ""
+        found.append(
+            f"{op} across {nodes} nodes{which} reaches {busbw:.1f} GB/s busbw at "
+            f"{format_size(size)}, {share:.0%} of a node's NICs ({node.nics_per_node} x "
+            f"{node.nic_gbps:g} Gbit/s = {line:g} GB/s), which bound a ring's traffic between "
+            "nodes: check that GPUDirect RDMA is on and the GPU's path to its NIC (nvidia-smi "
+            f"topo -m; {system.name} says {node.nic_path}), that NCCL uses every NIC at its "
+            "rate (NCCL_DEBUG=INFO names them), and with many nodes the fabric's routing."
+        )
+    return found
+
+
 def findings(analyzed: Analyzed) -> list[str]:
     """The collectives rules over a run."""
     if not analyzed.has("collectives"):
         return []
     summary = analyzed.summary("collectives")
-    found = collective_findings(summary, analyzed.info)
-    return found + step_findings(slow_steps(summary), analyzed.info, run_system(analyzed.info))
+    system = run_system(analyzed.info)
+    found = collective_findings(summary, analyzed.info) + nic_findings(summary, system)
+    return found + step_findings(slow_steps(summary), analyzed.info, system)

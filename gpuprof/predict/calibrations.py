@@ -9,14 +9,36 @@ from typing import Any
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system, nccl_version_in, system_from_dict
-from gpuprof.predict.calibrate import Calibration, calibrate, crosses
+from gpuprof.predict.calibrate import Calibration, at_gpus, calibrate, crosses
 from gpuprof.predict.nccl import OPS, P2P_OPS
 from gpuprof.predict.nccl_tuning import forced_algorithm
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.runs.imported import measured_choices
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
+from gpuprof.specs.collectives import bus_factor
+from gpuprof.units import format_size
 
 COLLECTIVES = _COLLECTIVES.name
+# ops whose traffic between nodes a ring carries through every node's NICs: their busbw across
+# nodes is bounded by a node's NICs' line rate (a tree, NVLS or SHARP can pass it)
+RING_BOUND = ("all_reduce", "all_gather", "reduce_scatter")
+SATURATED = 256 << 20  # from this size on, a curve's largest size shows the rate it reaches
+
+
+def nic_reach(
+    system: System, op: str, nodes: int, gpus: int, points: list[tuple[int, float]]
+) -> tuple[int, float, float] | None:
+    """The largest size measured across nodes, its busbw and the line rate of a node's NICs
+    at that many GPUs (GB/s): what the bus reached against what bounds a ring between nodes.
+    None inside one NVLink domain, for another op, below SATURATED or without the NICs' rate."""
+    if op not in RING_BOUND or not crosses(system, nodes, gpus) or not points:
+        return None
+    size, time = max(points)
+    node = at_gpus(system, gpus)
+    line = node.nics_per_node * node.nic_gbps / 8
+    if size < SATURATED or line <= 0 or time <= 0:
+        return None
+    return size, bus_factor(op, nodes * gpus) * size / time / 1e3, line
 
 
 def run_system(info: dict[str, Any], hardware: str | None = None) -> System | None:
@@ -99,10 +121,12 @@ def calibration_notes(
         shapes = "; ".join(
             f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()}"
             + (
-                f"; NCCL's own choice at {len(c.choices)} size(s), its TUNING lines)"
+                f"; NCCL's own choice at {len(c.choices)} size(s), its TUNING lines"
                 if c.choices
-                else ")"
+                else ""
             )
+            + _reached(system, c)
+            + ")"
             for c in found
         )
         growth = ""
@@ -127,6 +151,18 @@ def calibration_notes(
             "import their nccl-tests logs, to calibrate the network)"
         )
     return lines
+
+
+def _reached(system: System, c: Calibration) -> str:
+    """What the bus reached across nodes against the NICs' line rate, for the notes."""
+    got = nic_reach(system, c.op, c.nodes, c.gpus, list(c.measured))
+    if got is None:
+        return ""
+    size, busbw, line = got
+    return (
+        f"; busbw {busbw:.1f} GB/s at {format_size(size)}, {busbw / line:.0%} of a node's NICs' "
+        f"{line:g} GB/s"
+    )
 
 
 def measured_calibrations(
