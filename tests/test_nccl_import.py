@@ -416,6 +416,11 @@ def test_a_slow_size_at_nccls_switch_names_the_choice_to_force() -> None:
     assert "FI_CXI_DEFAULT_CQ_SIZE=131072" in text and "NCCL_CROSS_NIC=1" in text
     (ib,) = step_findings(pd.DataFrame([step]), {"backend": "nccl"}, load_system("abci-a"))
     assert "FI_CXI" not in ib  # InfiniBand: no libfabric
+    # said once, with the largest step
+    two = pd.DataFrame([step, dict(step, size_small=8192.0, size_large=16384.0, ratio=2.0)])
+    first, second = step_findings(two, {"backend": "nccl"}, load_system("polaris"))
+    assert "FI_CXI_DEFAULT_CQ_SIZE" in first and "FI_CXI" not in second
+    assert "On Slingshot: the settings above." in second
     # the same step where NCCL's model keeps its choice (8 KiB -> 16 KiB: tree/LL on both)
     kept = dict(step, size_small=8192.0, size_large=16384.0)
     (text,) = step_findings(pd.DataFrame([kept]), {"backend": "nccl"}, load_system("polaris"))

@@ -153,7 +153,7 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
     if steps.empty:
         return []
     nccl_run = str(info.get("backend") or "nccl") == "nccl"
-    found = []
+    found: list[str] = []
     for _, row in steps.sort_values("ratio", ascending=False).head(SHOWN_STEPS).iterrows():
         small, large = _size(row["size_small"]), _size(row["size_large"])
         where = f"{row['op']} over {row['world_size']} ranks on {row['num_nodes']} node(s)"
@@ -170,6 +170,8 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
                 "size is slow."
             )
         cause = _cause(row, info, system) if nccl_run else ""
+        if any(SLINGSHOT_STEPS in f for f in found):  # said once, in the largest step's
+            cause = cause.replace(SLINGSHOT_STEPS, " On Slingshot: the settings above.")
         if cause:
             text += cause
         elif nccl_run:
