@@ -16,20 +16,12 @@ from gpuprof.machine.systems import System
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus
 from gpuprof.predict.calibrations import nic_reach, run_system
+from gpuprof.predict.nccl_tuning import NCCL_ALGO_NAMES
 from gpuprof.runs.imported import measured_choices
 from gpuprof.units import format_size
 
-SHOWN_STEPS = 3  # slow sizes named one by one; the rest counted
-# the model's algorithm names -> NCCL_ALGO's (src/graph/tuning.cc ncclAlgoStr)
-NCCL_ALGO = {
-    "ring": "Ring",
-    "tree": "Tree",
-    "nvls": "NVLS",
-    "nvls_tree": "NVLSTree",
-    "collnet_direct": "CollnetDirect",
-    "collnet_chain": "CollnetChain",
-    "pat": "PAT",
-}
+SHOWN_STEPS = 3  # slow sizes named one by one; the rest listed
+NCCL_ALGO = {model: name for name, model in NCCL_ALGO_NAMES.items()}  # the model's -> NCCL's
 
 
 def collective_findings(summary: pd.DataFrame, info: dict[str, Any]) -> list[str]:
@@ -114,11 +106,10 @@ SLINGSHOT_STEPS = (
 )
 
 
-def _cause(row: pd.Series, info: dict[str, Any], system: System | None) -> str:
-    """What NCCL chose on each side of a step (by its TUNING lines in the log, else by its
-    model on the run's system) and what to do; "" where neither says."""
+def _cause(row: pd.Series, measured: dict[tuple[str, int], str], system: System | None) -> str:
+    """What NCCL chose on each side of a step (by its TUNING lines in the log, `measured`,
+    else by its model on the run's system) and what to do; "" where neither says."""
     sizes = (int(row["size_small"]), int(row["size_large"]))
-    measured = measured_choices(info)
     sides = [measured.get((str(row["op"]), size)) for size in sizes]
     said = "NCCL chose (its TUNING lines)"
     if None in sides:
@@ -153,8 +144,10 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
     if steps.empty:
         return []
     nccl_run = str(info.get("backend") or "nccl") == "nccl"
+    measured = measured_choices(info)
+    ordered = steps.sort_values("ratio", ascending=False)
     found: list[str] = []
-    for _, row in steps.sort_values("ratio", ascending=False).head(SHOWN_STEPS).iterrows():
+    for _, row in ordered.head(SHOWN_STEPS).iterrows():
         small, large = _size(row["size_small"]), _size(row["size_large"])
         where = f"{row['op']} over {row['world_size']} ranks on {row['num_nodes']} node(s)"
         if row["kind"] == "jump":
@@ -169,7 +162,7 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
                 f"({row['time_small']:.1f} against {row['time_large']:.1f} us): the smaller "
                 "size is slow."
             )
-        cause = _cause(row, info, system) if nccl_run else ""
+        cause = _cause(row, measured, system) if nccl_run else ""
         if any(SLINGSHOT_STEPS in f for f in found):  # said once, in the largest step's
             cause = cause.replace(SLINGSHOT_STEPS, " On Slingshot: the settings above.")
         if cause:
@@ -184,7 +177,7 @@ def step_findings(steps: pd.DataFrame, info: dict[str, Any], system: System | No
         if nccl_run:
             text += " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints NCCL's choice per call."
         found.append(text)
-    rest = steps.sort_values("ratio", ascending=False).iloc[SHOWN_STEPS:]
+    rest = ordered.iloc[SHOWN_STEPS:]
     if not rest.empty:
         listed = ", ".join(
             f"{r['op']} {_size(float(r['size_small']))} -> {_size(float(r['size_large']))} "

@@ -38,6 +38,7 @@ def assumptions(
 ) -> list[str]:
     """What every prediction assumes, said once."""
     if system is not None:
+        one, two, whose = bands(system)
         lines = [
             f"Collectives on {system.name}: NCCL's own cost model (ring, tree, NVLS, NVLS-tree, "
             "CollNet, PAT; LL, LL128, Simple), the fastest algorithm and protocol per size as "
@@ -46,9 +47,9 @@ def assumptions(
             "bandwidth rows"
             + (
                 "; calibrated by the run's own measurement (latency x, transfer x per size, "
-                f"carried to other shapes): +-{bands(system)[0]:.0%}, the 75th percentile of that "
-                f"error on published results of {bands(system)[2]} held out by scale; carried "
-                f"between two measured node counts: +-{bands(system)[1]:.0%} (docs/validation.md)."
+                f"carried to other shapes): +-{one:.0%}, the 75th percentile of that error on "
+                f"published results of {whose} held out by scale; carried between two measured "
+                f"node counts: +-{two:.0%} (docs/validation.md)."
                 if calibrated
                 else "."
             )

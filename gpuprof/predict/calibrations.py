@@ -71,6 +71,7 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
     run_id = analyzed.info.get("run_id") or "the run"
     origin = f"{run_id}" + (f" ({analyzed.info['source']})" if analyzed.info.get("source") else "")
     keys = ["op", "dtype", "num_nodes", "world_size"]
+    measured = measured_choices(analyzed.info)  # NCCL's own, where an imported log said
     for (op, dtype, nodes, world), rows in whole.groupby(keys, sort=True):
         if op not in OPS + P2P_OPS:
             continue
@@ -83,7 +84,7 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
             for size, time in chosen.groupby("size_bytes")["time_us"].max().items():
                 by_size[int(str(size))] = float(time)
         algorithm = forced_algorithm(analyzed.info.get("env") or {}, nodes)
-        said = {s: c for (o, s), c in measured_choices(analyzed.info).items() if o == op}
+        said = {s: c for (o, s), c in measured.items() if o == op}
         got = calibrate(
             system,
             str(op),

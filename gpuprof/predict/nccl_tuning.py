@@ -4,8 +4,12 @@ gpuprof.predict.nccl runs its model with them; docs/prediction.md gives each one
 
 from __future__ import annotations
 
-ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOS = ("LL", "LL128", "Simple")
+from gpuprof.runs.nccl_info import ALGORITHMS, PROTOCOLS
+
+# NCCL's algorithms and protocols in its enums' order, as the model names them (one list with
+# the log reader, which maps NCCL's enum numbers to them)
+ALGOS = ALGORITHMS
+PROTOS = PROTOCOLS
 ARCH_INDEX = {"ampere": 1, "hopper": 2, "blackwell": 3}
 
 # base latency [algo] (LL, LL128, Simple), us
@@ -83,15 +87,16 @@ MAX_CHANNELS = 32
 NVLS_MAX_HEADS = 32
 
 
-# NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) -> the model's
+# NCCL_ALGO's names (src/graph/tuning.cc ncclAlgoStr; NCCL reads them case-insensitively) ->
+# the model's
 NCCL_ALGO_NAMES = {
-    "ring": "ring",
-    "tree": "tree",
-    "nvls": "nvls",
-    "nvlstree": "nvls_tree",
-    "collnetdirect": "collnet_direct",
-    "collnetchain": "collnet_chain",
-    "pat": "pat",
+    "Ring": "ring",
+    "Tree": "tree",
+    "NVLS": "nvls",
+    "NVLSTree": "nvls_tree",
+    "CollnetDirect": "collnet_direct",
+    "CollnetChain": "collnet_chain",
+    "PAT": "pat",
 }
 
 
@@ -99,7 +104,7 @@ def forced_algorithm(env: dict[str, str], nodes: int) -> str | None:
     """The one algorithm NCCL_ALGO forces (None: unset, a list, or an exclusion `^...`);
     NVLS across nodes is the model's NVLS-tree."""
     value = str(env.get("NCCL_ALGO") or "").strip().lower()
-    algorithm = NCCL_ALGO_NAMES.get(value)
+    algorithm = {k.lower(): v for k, v in NCCL_ALGO_NAMES.items()}.get(value)
     if algorithm == "nvls" and nodes > 1:
         return "nvls_tree"
     return algorithm

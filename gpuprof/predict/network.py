@@ -28,8 +28,11 @@ GROWN_BAND = 0.16
 # percentiles over that group's rows alone, measured 2026-11-29): InfiniBand and RoCE (NCCL's
 # IB transport over RDMA verbs; 411 rows of 8 systems from one count, 66 carried), Slingshot
 # (437 rows of 2 systems, 172 carried); other fabrics keep the bands of all rows
-FABRIC_GROUPS = {"infiniband": "InfiniBand and RoCE", "roce": "InfiniBand and RoCE"}
-FABRIC_GROUPS["slingshot"] = "Slingshot"
+FABRIC_GROUPS = {
+    "infiniband": "InfiniBand and RoCE",
+    "roce": "InfiniBand and RoCE",
+    "slingshot": "Slingshot",
+}
 FABRIC_BANDS = {"InfiniBand and RoCE": (0.15, 0.07), "Slingshot": (0.48, 0.20)}
 
 
