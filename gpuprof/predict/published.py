@@ -115,7 +115,7 @@ def published_time(row: dict[str, str]) -> float:
     return bus_factor(row["op"], ranks) * float(row["size_bytes"]) / float(row["busbw_gbps"]) / 1e3
 
 
-def _series(row: dict[str, str]) -> tuple[str, ...]:
+def series_key(row: dict[str, str]) -> tuple[str, ...]:
     """One system, op, GPUs per node and forced algorithm: what one calibration covers."""
     return (row["system"], row["preset"], row["op"], row["gpus_per_node"], row["algorithm"])
 
@@ -141,7 +141,7 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
     The preset runs the series' NCCL version (`series_nccl`). Nothing is fitted to a scored row."""
     series: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows(path):
-        series.setdefault(_series(row), []).append(row)
+        series.setdefault(series_key(row), []).append(row)
     scored: list[HeldOut] = []
     left: list[str] = []
     for key, members in series.items():
