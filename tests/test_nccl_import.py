@@ -348,6 +348,13 @@ def test_a_run_inside_one_node_predicts(gp: Gp, tmp_path: Path) -> None:
     assert got.code == 0, got.err
     notes = json.loads(got.out)["notes"]
     assert any("crossed no network" in n for n in notes)
+    # one GPU moves nothing: time 0, as the preset says (it once divided by that 0, and the
+    # report, which draws one node's curve from one GPU up, failed with it)
+    got = gp("predict", one, "--nodes", "1", "--gpus", "1", "--sizes", "1M", "--format", "json")
+    assert got.code == 0, got.err
+    assert {row["time_us"] for row in json.loads(got.out)["collectives"]} == {0.0}
+    got = gp("report", one)
+    assert got.code == 0 and (one / "report.html").is_file(), got.err
 
 
 def test_an_all_to_all_under_another_name_says_how_to_name_it(gp: Gp, tmp_path: Path) -> None:

@@ -166,7 +166,11 @@ def calibrate(
     `choices`: NCCL's own algorithm/protocol per measured size where it printed them (each
     size then measures that choice, not the one the model would make)."""
     target = at_gpus(system, gpus)
-    points = sorted((int(s), float(t)) for s, t in points if s > 0 and t > 0)
+    usable: dict[int, float] = {}  # a size measured twice: its slowest time
+    for s, t in points:
+        if s > 0 and math.isfinite(t) and t > 0:
+            usable[int(s)] = max(float(t), usable.get(int(s), 0.0))
+    points = sorted(usable.items())
     if not points or nodes * gpus < 2:
         return None
     said, used = dict(choices or {}), {}  # used: the measured sizes run as NCCL said
@@ -186,8 +190,8 @@ def calibrate(
     knots: tuple[tuple[float, float], ...] = ()
     per_message: tuple[tuple[float, float], ...] = ()
     for _ in range(ROUNDS):  # each estimate without the other's share of the time
-        scales = [
-            (_log2(at), (t - (_interpolate(knots, at) or 1.0) * transfer) / lat)
+        scales = [  # floored as the transfer factor is: a measured latency is never none
+            (_log2(at), max((t - (_interpolate(knots, at) or 1.0) * transfer) / lat, MIN_FACTOR))
             for at, t, lat, transfer in bound
         ]
         if scales:
@@ -269,6 +273,8 @@ def predict(
         choice = nccl.collective(target, calibration.op, ranks, size, calibration.algorithm)
     except ValueError:  # the forced algorithm does not run at this shape: NCCL's own choice
         choice = nccl.collective(target, calibration.op, ranks, size)
+    if ranks < 2:  # one GPU moves nothing (NCCL returns at once): nothing to calibrate
+        return Calibrated(choice, 0.0, 0.0, False, "one GPU: no communication")
     factor = bus_factor(calibration.op, ranks) * size / 1e3
     if (nodes, gpus) == (calibration.nodes, calibration.gpus):
         for measured_size, time in calibration.measured:

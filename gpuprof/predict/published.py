@@ -151,7 +151,7 @@ def held_out(path: Path = SCALES, scales: int = 1) -> tuple[list[HeldOut], list[
         if len(counts) < scales + 1:
             continue
         system = replace(load_system(preset), nccl=series_nccl(members, counts[:scales]))
-        if any(r["collnet"] == "yes" for r in members):
+        if any(r["collnet"] == "yes" for r in members if int(r["nodes"]) in counts[:scales]):
             system = replace(system, collnet=True)
         base = counts[scales - 1]
         forced = algorithm if algorithm in ALGOS else None
