@@ -89,7 +89,8 @@ def size_range(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     sizes: list[int] = []
     size = float(min_bytes)
     while size <= max_bytes:
-        sizes.append(int(size))
+        if not sizes or int(size) > sizes[-1]:  # a factor under 2 repeats small sizes
+            sizes.append(int(size))
         size *= factor
     return sizes
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuprof.errors import UsageError
@@ -242,6 +242,7 @@ def test_size_lists_round_trip(sizes: list[int]) -> None:
     st.integers(min_value=0, max_value=1 << 20),
     st.one_of(st.floats(min_value=-10, max_value=100), st.sampled_from([float("nan"), 1e308])),
 )
+@example(1, 1, 1.5)  # found by a random run: 1, int(1.5) = 1 repeated a size
 def test_size_range_is_bounded_sorted_or_refused(low: int, extra: int, factor: float) -> None:
     high = low + extra
     try:

@@ -702,3 +702,26 @@ def test_the_notes_say_what_the_bus_reached_against_the_nics(gp: Gp, tmp_path: P
     (run,) = _import(gp, tmp_path, log, "--hardware", "dgx-h100")
     notes = gp("predict", run, "--nodes", "4", "--sizes", "1G").out
     assert "busbw 469.2 GB/s at 16 GiB, 117% of a node's NICs' 400 GB/s" in notes
+
+
+def test_sizes_with_wrong_results_calibrate_nothing(gp: Gp, tmp_path: Path) -> None:
+    """A size nccl-tests found wrong (#wrong > 0) is left out of the fits and the calibration,
+    and the notes say so: no prediction stands on a broken measurement."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    text = log.read_text()
+    row = (
+        "    33554432       8388608     float     sum      -1    267.9  125.23  234.81      0"
+        "    267.7  125.34  235.02      0"
+    )
+    assert row in text  # out-of-place and in-place both wrong
+    (tmp_path / "wrong.log").write_text(text.replace(row, row.replace("  0", "  7"), 1))
+    (run,) = _import(gp, tmp_path / "runs", tmp_path / "wrong.log", "--hardware", "dgx-h100")
+    got = gp("predict", run, "--nodes", "2", "--sizes", "1M,32M", "--format", "json")
+    assert got.code == 0, got.err
+    body = json.loads(got.out)
+    notes = " ".join(body["notes"])
+    assert "32 MiB left out of the fits and calibration (wrong results" in notes
+    assert "sizes with wrong results left out" in notes
+    times = {r["size_bytes"]: r["time_us"] for r in body["collectives"] if r["op"] == "all_reduce"}
+    assert times[1 << 20] == pytest.approx(71.93, abs=0.5)  # measured, given back
+    assert times[32 << 20] != pytest.approx(267.8, abs=0.5)  # modelled, not the wrong one

@@ -10,6 +10,7 @@ from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system, nccl_version_in, system_from_dict
 from gpuprof.predict.calibrate import Calibration, at_gpus, calibrate, crosses
+from gpuprof.predict.fits import correct_only
 from gpuprof.predict.nccl import OPS, P2P_OPS
 from gpuprof.predict.nccl_tuning import forced_algorithm
 from gpuprof.predict.whatifs import same_hardware
@@ -61,7 +62,7 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
     """Per op and dtype, a calibration from each shape the run measured with every GPU of its
     nodes taking part (scope `global`, or `intra` over a whole node): the out-of-place time
     where measured (nccl-tests' usual figure), else in-place; the slowest group's."""
-    summary = analyzed.summary(COLLECTIVES)
+    summary, wrong = correct_only(analyzed.summary(COLLECTIVES))
     gpus = int(analyzed.info.get("gpus_per_node") or 1)
     whole = summary[
         (summary["scope"] == "global")
@@ -69,7 +70,9 @@ def calibrations_of(analyzed: Analyzed, system: System) -> dict[tuple[str, str],
     ]
     found: dict[tuple[str, str], list[Calibration]] = {}
     run_id = analyzed.info.get("run_id") or "the run"
-    origin = f"{run_id}" + (f" ({analyzed.info['source']})" if analyzed.info.get("source") else "")
+    about = [str(analyzed.info["source"])] if analyzed.info.get("source") else []
+    about += ["sizes with wrong results left out"] if wrong else []
+    origin = f"{run_id}" + (f" ({'; '.join(about)})" if about else "")
     keys = ["op", "dtype", "num_nodes", "world_size"]
     measured = measured_choices(analyzed.info)  # NCCL's own, where an imported log said
     for (op, dtype, nodes, world), rows in whole.groupby(keys, sort=True):

@@ -25,6 +25,7 @@ import pandas as pd
 
 from gpuprof.errors import UsageError
 from gpuprof.specs.collectives import bus_factor
+from gpuprof.units import format_size
 
 # the ops whose algorithm the predictions model (a ring on both backends; broadcast and
 # reduce are flat, chained or tree-shaped depending on the backend and size: not predicted)
@@ -205,12 +206,32 @@ def slowest_group_times(summary: pd.DataFrame) -> pd.DataFrame:
     return slowest
 
 
+def correct_only(summary: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The measured cases whose results were right or not checked, and a line per op and
+    shape naming the sizes left out for wrong results (gpuprof's check, nccl-tests' #wrong):
+    no fit or calibration stands on a broken measurement."""
+    if "nwrong" not in summary or summary.empty:
+        return summary, []
+    wrong = summary["nwrong"].fillna(0).astype("int64") > 0
+    lines = []
+    for (op, dtype, nodes, world), cases in summary[wrong].groupby(
+        ["op", "dtype", "num_nodes", "world_size"], sort=True
+    ):
+        sizes = ", ".join(format_size(int(s)) for s in sorted(set(cases["size_bytes"])))
+        lines.append(
+            f"{op} {dtype} at {nodes} node(s), {world} ranks: {sizes} left out of the fits and "
+            "calibration (wrong results: measure again once the check passes)"
+        )
+    return summary[~wrong], lines
+
+
 def fit_collectives(summary: pd.DataFrame) -> tuple[list[Fit], list[str]]:
-    """Every fit the collectives summary supports, and a line per key it could not fit."""
+    """Every fit the collectives summary supports, and a line per key it could not fit (or
+    left sizes out of: `correct_only`)."""
     fits: list[Fit] = []
-    notes: list[str] = []
+    summary, notes = correct_only(summary)
     if summary.empty:
-        return fits, ["no collectives measured"]
+        return fits, [*notes, "no collectives measured"]
     times = slowest_group_times(summary[summary["op"].isin(MODELED_OPS)])
     for key, rows in times.groupby(FIT_KEYS, sort=True):
         op, dtype, scope = (str(k) for k in key[:3])
