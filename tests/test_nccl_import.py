@@ -254,14 +254,11 @@ def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
     gp: Gp, tmp_path: Path
 ) -> None:
     out = tmp_path / "runs"
-    two, one = _import(
-        gp,
-        out,
-        LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt",
-        LOGS / "06_nccltests331_sendrecv_t2_ncclinfo_v2.16.txt",
-        "--hardware",
-        "dgx-h100",
-    )
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    lines = log.read_text().splitlines()  # its first host's 8 ranks alone: one node of 8
+    one_node = [line for line in lines if not ("Rank " in line and "bm-h100-02" in line)]
+    (tmp_path / "one_node.log").write_text("\n".join(one_node) + "\n")
+    two, one = _import(gp, out, log, tmp_path / "one_node.log", "--hardware", "dgx-h100")
     assert json.loads((two / "run.json").read_text())["hardware"]["name"] == "dgx-h100"
     for args in (("show", two), ("report", two), ("compare", two, one, "-o", tmp_path / "c.html")):
         got = gp(*args)
@@ -725,3 +722,14 @@ def test_sizes_with_wrong_results_calibrate_nothing(gp: Gp, tmp_path: Path) -> N
     times = {r["size_bytes"]: r["time_us"] for r in body["collectives"] if r["op"] == "all_reduce"}
     assert times[1 << 20] == pytest.approx(71.93, abs=0.5)  # measured, given back
     assert times[32 << 20] != pytest.approx(267.8, abs=0.5)  # modelled, not the wrong one
+
+
+def test_hardware_of_another_gpu_than_the_log_names_is_refused(gp: Gp, tmp_path: Path) -> None:
+    """--hardware says what the log was measured on: a log whose rank lines name H100s given
+    as an A100 system is a one-line exit 2 that writes nothing (a calibration would carry the
+    H100's times to A100s); the right system imports."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs", "--hardware", "dgx-a100")
+    assert got.code == 2 and "not on dgx-a100's" in got.err and len(got.err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+    assert _import(gp, tmp_path / "runs", log, "--hardware", "dgx-h100")

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuprof.errors import UsageError
 from gpuprof.machine.env import gpuprof_version
+from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.machine.systems import load_system
 from gpuprof.runs.nccl_log import Block, Device, Log, Row, read_log
 from gpuprof.runs.records import (
@@ -192,12 +193,29 @@ def import_logs(
         why = next((line for log in logs for line in log.stopped), f"{paths[0]}: no result row")
         raise UsageError(f"no complete row in any test: {why}", "the log has no results")
     shapes = _shapes([log for log in logs if log.rows], nodes, gpus)
+    if system is not None and hardware is not None:
+        _check_gpus(shapes, hardware, str(system["gpu"]))
     check_out_dir(out)
     runs = [_write_run(shape, out, argv, system, probe) for shape in shapes if shape.tests]
     for log in logs:
         for line in log.stopped + log.skipped:
             warn(line)
     return runs
+
+
+def _check_gpus(shapes: list[_Shape], hardware: str, gpu: str) -> None:
+    """A UsageError where a log's rank lines name another GPU than --hardware's (where both
+    are GPUs gpuprof knows): a calibration would carry one GPU's times to another."""
+    want = gpu_peaks(gpu)
+    for shape in shapes:
+        for device in shape.devices:
+            got = gpu_peaks(device.name)
+            if want is not None and got is not None and got != want:
+                raise UsageError(
+                    f"{shape.tests[0][0].path}: measured on {device.name}, not on "
+                    f"{hardware}'s {gpu}",
+                    "give the --hardware of the system the log was measured on",
+                )
 
 
 def _write_run(
