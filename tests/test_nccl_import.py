@@ -196,6 +196,22 @@ def test_a_truncated_log_keeps_its_complete_rows_and_names_the_line(gp: Gp, tmp_
     assert sizes[-1] == 524288 and len(sizes) == 17  # 8 B .. 512 KiB, every row before the cut
 
 
+def test_a_log_cut_between_rows_is_partial_and_names_its_last_row(gp: Gp, tmp_path: Path) -> None:
+    """A log that ends after a whole row, before nccl-tests' closing lines (`# Out of bounds
+    values`, `# Avg bus bandwidth`), did not finish its test: partial, with a warning naming
+    its last row, not a complete run of the sizes it got to."""
+    lines = (LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt").read_text()
+    lines = lines.splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1048576 "))
+    log = tmp_path / "all_reduce_cut.log"
+    log.write_text("".join(lines[:cut]))  # the last line a whole 512 KiB row
+    got = gp("import", "nccl-tests", log, "--out", tmp_path / "runs")
+    assert got.code == 0 and f"{log}:{cut}: the test ends without nccl-tests' closing" in got.err
+    run = open_run(Path(got.out.strip()))
+    assert run.info["status"] == "partial"
+    assert max(summarize_run(run, "collectives")["size_bytes"]) == 524288
+
+
 def test_a_foreign_line_inside_a_table_stops_it_there(gp: Gp, tmp_path: Path) -> None:
     text = (LOGS / "05_oci_a100_2nodes_v2.13_hexbusid.txt").read_text()
     row = next(line for line in text.splitlines() if line.lstrip().startswith("10737418240"))

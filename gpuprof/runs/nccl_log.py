@@ -121,6 +121,7 @@ class Block:
     options: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     stopped: str | None = None  # why the block ends early (a truncated or mixed-up line)
+    ended: bool = False  # its footer was read: nccl-tests finished the test
 
 
 @dataclass(eq=False)
@@ -326,6 +327,8 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
                     block.devices, block.options = tuple(devices), dict(options)
                 program = None
             elif _FOOTER.match(stripped):
+                if block is not None:
+                    block.ended = True
                 block = None
             elif "test starting" in stripped:
                 found = _PROGRAM.search(stripped)
@@ -363,6 +366,11 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
     for block in log.blocks:
         if not block.rows and block.stopped is None:
             block.stopped = f"{path}:{block.first_line}: a column header with no row after it"
+        elif block.stopped is None and not block.ended:  # cut between rows: say it
+            block.stopped = (
+                f"{path}:{block.rows[-1].line}: the test ends without nccl-tests' closing lines "
+                f"('# Out of bounds values', '# Avg bus bandwidth'); {len(block.rows)} row(s) kept"
+            )
     return log
 
 
