@@ -749,3 +749,30 @@ def test_hardware_of_another_gpu_than_the_log_names_is_refused(gp: Gp, tmp_path:
     assert got.code == 2 and "not on dgx-a100's" in got.err and len(got.err.splitlines()) == 1
     assert not (tmp_path / "runs").exists()
     assert _import(gp, tmp_path / "runs", log, "--hardware", "dgx-h100")
+
+
+def test_a_second_measurement_of_the_same_shape_is_said_not_used(gp: Gp, tmp_path: Path) -> None:
+    """`--calibrate-with` a run of the shape the run measured: the run calibrates it, the
+    other is named as not used, with how far the two are apart where that is 1.5x or more;
+    the run itself given again calibrates once."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    out = tmp_path / "runs"
+    (first,) = _import(gp, out, log, "--hardware", "dgx-h100")
+    row = "     1048576        262144     float     sum      -1    71.93"
+    assert row in log.read_text()
+    (tmp_path / "again.log").write_text(log.read_text().replace(row, row[:-5] + "215.8"))
+    (again,) = _import(gp, out, tmp_path / "again.log", "--hardware", "dgx-h100")
+    got = gp("predict", first, "--calibrate-with", again, "--nodes", "2", "--sizes", "1M",
+             "--format", "json")  # fmt: skip
+    assert got.code == 0, got.err
+    body = json.loads(got.out)
+    notes = " ".join(body["notes"])
+    assert (
+        f"{again.name} (nccl-tests): the shape {first.name} (nccl-tests) measured, not used"
+        in notes
+    )
+    assert "the two differ 3.0x at 1 MiB" in notes
+    time = next(r["time_us"] for r in body["collectives"] if r["op"] == "all_reduce")
+    assert time == pytest.approx(71.93, abs=0.5)  # the run's own measurement
+    itself = gp("predict", first, "--calibrate-with", first, "--format", "json")
+    assert itself.code == 0 and "not used" not in " ".join(json.loads(itself.out)["notes"])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from gpuprof.analysis.summary import Analyzed
@@ -122,17 +123,26 @@ def calibration_notes(
     """Which measurement calibrated which op, said once each."""
     lines = []
     for (op, dtype), found in sorted(calibrations.items()):
-        shapes = "; ".join(
-            f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()}"
-            + (
-                f"; NCCL's own choice at {len(c.choices)} size(s), its TUNING lines"
-                if c.choices
-                else ""
+        first: dict[tuple[int, int, str | None], Calibration] = {}
+        parts = []
+        for c in found:
+            used = first.setdefault((c.nodes, c.gpus, c.algorithm), c)
+            if used is not c:  # `choose` takes the first measurement of a shape
+                parts.append(
+                    f"{c.origin}: the shape {used.origin} measured, not used{_apart(used, c)}"
+                )
+                continue
+            parts.append(
+                f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()}"
+                + (
+                    f"; NCCL's own choice at {len(c.choices)} size(s), its TUNING lines"
+                    if c.choices
+                    else ""
+                )
+                + _reached(system, c)
+                + ")"
             )
-            + _reached(system, c)
-            + ")"
-            for c in found
-        )
+        shapes = "; ".join(parts)
         growth = ""
         for (gpus, _), group in _pairable(found, system).items():
             counts = sorted({c.nodes for c in group})
@@ -157,6 +167,20 @@ def calibration_notes(
     return lines
 
 
+def _apart(used: Calibration, other: Calibration) -> str:
+    """How far a second measurement of a shape is from the one used, where it is 1.5x or
+    more at some size both measured."""
+    mine = dict(used.measured)
+    ratios = [(max(t / mine[s], mine[s] / t), s) for s, t in other.measured if s in mine]
+    if not ratios or max(ratios)[0] < 1.5:
+        return ""
+    ratio, size = max(ratios)
+    return (
+        f" (the two differ {ratio:.1f}x at {format_size(size)}: measure again, or calibrate "
+        "with the one that holds)"
+    )
+
+
 def _reached(system: System, c: Calibration) -> str:
     """What the bus reached across nodes against the NICs' line rate, for the notes."""
     got = nic_reach(system, c.op, c.nodes, c.gpus, list(c.measured))
@@ -177,7 +201,11 @@ def measured_calibrations(
     calibrations: dict[tuple[str, str], list[Calibration]] = {}
     if system is not None and same and analyzed.has(COLLECTIVES):
         calibrations = calibrations_of(analyzed, system)
+    seen = {_where(analyzed)}
     for extra in also:
+        if _where(extra) in seen:  # the same run given twice calibrates once
+            continue
+        seen.add(_where(extra))
         if system is None or not same_hardware(extra, system) or not extra.has(COLLECTIVES):
             raise UsageError(
                 f"--calibrate-with {extra.info.get('run_id')}: it did not measure the "
@@ -187,3 +215,9 @@ def measured_calibrations(
         for key, found in calibrations_of(extra, system).items():
             calibrations.setdefault(key, []).extend(found)
     return calibrations
+
+
+def _where(analyzed: Analyzed) -> object:
+    """What tells two runs apart: their folder, else the object itself."""
+    path = getattr(analyzed.run, "path", None)
+    return Path(path).resolve() if path is not None else id(analyzed)
