@@ -776,3 +776,23 @@ def test_a_second_measurement_of_the_same_shape_is_said_not_used(gp: Gp, tmp_pat
     assert time == pytest.approx(71.93, abs=0.5)  # the run's own measurement
     itself = gp("predict", first, "--calibrate-with", first, "--format", "json")
     assert itself.code == 0 and "not used" not in " ".join(json.loads(itself.out)["notes"])
+
+
+def test_a_log_across_nodes_predicts_more_nodes_without_a_system(gp: Gp, tmp_path: Path) -> None:
+    """Without --hardware, a log of 2 nodes x 8 (every GPU together) predicts more nodes at 8
+    GPUs per node as a ring of each node's ranks adjacent (a node's share of the hops and the
+    network's bound on the ring do not change with the node count); at another GPU count per
+    node the notes say why not and what to give, rather than advice that does nothing."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    (run,) = _import(gp, tmp_path / "runs", log)
+    got = gp("predict", run, "--nodes", "2,8,32", "--sizes", "1G", "--format", "json")
+    assert got.code == 0, got.err
+    rows = {r["nodes"]: r for r in json.loads(got.out)["collectives"] if r["op"] == "all_reduce"}
+    assert sorted(rows) == [2, 8, 32] and all("ring" in r["algorithm"] for r in rows.values())
+    assert rows[2]["time_us"] == pytest.approx(4484.9, rel=0.05)  # measured: 4,484.9 us at 1 GiB
+    assert rows[2]["time_us"] < rows[8]["time_us"] < rows[32]["time_us"]
+    other = gp("predict", run, "--nodes", "2", "--gpus", "4", "--format", "json")
+    notes = " ".join(json.loads(other.out)["notes"])
+    assert other.code == 0 and "cannot be told apart at 2 node(s) x 4" in notes
+    assert "predict more nodes at 8 GPUs per node, or give --hardware" in notes
+    assert "--intra-gbps" not in notes

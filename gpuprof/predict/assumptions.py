@@ -61,7 +61,10 @@ def assumptions(
             + (
                 "NCCL all_reduce across nodes with more than one GPU per node: hierarchical "
                 "(reduce_scatter in the node, all_reduce of size/g across nodes on the rails, "
-                "all_gather); every other op a ring."
+                "all_gather); every other op a ring. A run that measured a node's GPUs across "
+                "nodes only together (an nccl-tests log): every op a ring with each node's "
+                "ranks adjacent, at as many GPUs per node (its hops and slowest link as "
+                "measured)."
                 if backend == "nccl"
                 else "gloo: one ring over all ranks, each node's ranks adjacent (it crosses "
                 "each NIC once), on its slowest link and longest hop."

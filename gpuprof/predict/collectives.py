@@ -50,6 +50,11 @@ class Links:
     intra: Link | None = None
     inter: Link | None = None
     rails: Link | None = None
+    # every rank in one ring across nodes at `whole_gpus` GPUs per node (a global fit, as
+    # nccl-tests measures): each node's ranks adjacent, so a node's share of its hops and
+    # the network's bound on its bandwidth are the same at any node count with as many GPUs
+    whole: Link | None = None
+    whole_gpus: int = 0
 
 
 def _link(fit: Fit) -> Link:
@@ -77,10 +82,16 @@ def links_for(fits: list[Fit], op: str, dtype: str) -> Links:
         if f.num_nodes > 1
         and (f.scope == "inter" or (f.scope == "global" and f.world_size == f.num_nodes))
     ]
+    together = [
+        f for f in mine if f.scope == "global" and f.num_nodes > 1 and f.world_size > f.num_nodes
+    ]
+    widest = max(together, key=lambda f: (f.num_nodes, f.world_size), default=None)
     return Links(
         intra=largest([f for f in mine if f.num_nodes == 1]),
         inter=largest(across),
         rails=largest([f for f in mine if f.scope == "rails"]),
+        whole=_link(widest) if widest else None,
+        whole_gpus=widest.world_size // widest.num_nodes if widest else 0,
     )
 
 
@@ -111,11 +122,28 @@ def predict_collective(
     if n < 2:
         raise UsageError(f"{op} on one rank moves nothing")
     inner = links.intra if gpus > 1 else None
+    split = inner is not None or gpus == 1
+    if nodes > 1 and links.whole and gpus == links.whole_gpus and not (split and links.inter):
+        time = ring_time_us(op, n, size, links.whole)
+        return Collective(
+            time_us=time,
+            busbw_gbps=bus_factor(op, n) * size / (time * 1e3),
+            rel=links.whole.rel,
+            algorithm=f"ring (each node's ranks adjacent, as measured at {gpus} per node)",
+        )
+    if links.whole and (not split or (nodes > 1 and links.inter is None and not links.rails)):
+        raise UsageError(
+            f"the run measured its collectives across nodes with {links.whole_gpus} GPUs per "
+            f"node together only: the links inside a node and the network's cannot be told "
+            f"apart at {nodes} node(s) x {gpus}",
+            f"predict more nodes at {links.whole_gpus} GPUs per node, or give --hardware (the "
+            "measurement then calibrates NCCL's model)",
+        )
     if gpus > 1 and inner is None:
         raise UsageError(
             "the run measured no collective inside a node: cannot predict more than one rank "
             "per node",
-            "give --intra-gbps or --hardware",
+            "give --hardware (a preset or a system file)",
         )
     if nodes > 1 and links.inter is None and links.rails is None:
         raise UsageError(
@@ -175,6 +203,8 @@ def apply_links(links: Links, change: WhatIf, gpus: int) -> Links:
     node's NICs (`rails`: nics / gpus of a NIC). A network the run never crossed
     takes the hop latency it measured inside the node."""
     out = links
+    if change.intra_gbps is not None or change.nic_gbps is not None:
+        out = replace(out, whole=None)  # which of its links a rate changes is not known
     if change.intra_gbps is not None:
         out = replace(out, intra=_rate(out.intra, change.intra_gbps / 8, out.intra))
     if change.nic_gbps is not None:
@@ -185,5 +215,5 @@ def apply_links(links: Links, change: WhatIf, gpus: int) -> Links:
             name: _rate(getattr(out, name) or across, rate, out.intra)
             for name, rate in rates.items()
         }
-        out = replace(out, **new)
+        out = replace(out, inter=new["inter"], rails=new["rails"])
     return out

@@ -57,7 +57,7 @@ def same_hardware(analyzed: Analyzed, system: System) -> bool:
 def baseline_network(fitted: FitNetwork, request: PredictRequest, notes: list[str]) -> Network:
     """The run's fits; where the run crossed no network, --nic-gbps (and --nics) is its
     network, with the per-hop latency measured inside the node (said in the notes)."""
-    if request.nic_gbps is None or fitted.links.inter or fitted.links.rails:
+    if request.nic_gbps is None or fitted.links.inter or fitted.links.rails or fitted.links.whole:
         return fitted
     nics = f"{request.nics} NIC(s) per node" if request.nics else "one NIC per GPU"
     note = (
