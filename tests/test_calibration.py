@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from gpuprof.errors import UsageError
 from gpuprof.machine.systems import PRESETS
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import (
@@ -325,6 +326,10 @@ def test_a_what_if_on_the_network_leaves_the_measurement() -> None:
     faster = network.changed(WhatIf(nic_gbps=800.0))
     assert faster.collective("all_reduce", 2, 8, float(1 << 30), "nccl").source.startswith("preset")
     assert network.changed(WhatIf(grad_bytes=2)) is network
+    # a rate per link inside a node is not what NCCL's model takes: said, not ignored (its
+    # what-if row once came back equal to the baseline, +0%, without a word)
+    with pytest.raises(UsageError, match="--intra-gbps: NCCL's model on dgx-h100"):
+        network.changed(WhatIf(intra_gbps=2400.0))
 
 
 @pytest.mark.parametrize(

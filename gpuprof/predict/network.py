@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System
 from gpuprof.predict import calibrate, nccl
 from gpuprof.predict.collectives import Collective, Links, WhatIf, apply_links, predict_collective
@@ -105,6 +106,12 @@ class SystemNetwork:
         )
 
     def changed(self, change: WhatIf) -> SystemNetwork:
+        if change.intra_gbps is not None:
+            raise UsageError(
+                f"--intra-gbps: NCCL's model on {self.system.name} takes the links inside a "
+                "node from the system (its NVLink links), not a rate per link",
+                "give --hardware a system file with the node's nvlink_links and nvswitch",
+            )
         system = self.system
         if change.nic_gbps is not None:
             system = replace(system, nic_gbps=change.nic_gbps)
@@ -160,6 +167,6 @@ class CalibratedNetwork:
 
     def changed(self, change: WhatIf) -> Network:
         """A what-if changes the system: the measurement no longer describes it."""
-        if change.nic_gbps is None and change.nics is None:
+        if change.nic_gbps is None and change.nics is None and change.intra_gbps is None:
             return self
         return self.fallback.changed(change)
