@@ -169,6 +169,8 @@ OTHER = [
     (["predict", "RUN", "--nodes", "0"], "invalid --nodes"),
     (["predict", "RUN", "--nodes", ""], "invalid --nodes"),
     (["predict", "RUN", "--nodes", "2,,4"], "invalid --nodes"),
+    (["predict", "RUN", "--nodes", "1e3"], "invalid --nodes '1e3': give whole numbers"),
+    (["predict", "RUN", "--sizes", "0"], "each size must be positive"),
     (["predict", "RUN", "--hidden", "100", "--layers", "2"], "--hidden must be a multiple of 64"),
     (["predict", "RUN", "--hidden", "128"], "--hidden and --layers go together"),
     (["predict", "RUN", "--nic-gbps", "nan"], "--nic-gbps must be a positive number"),

@@ -243,6 +243,7 @@ def test_cycles_and_repeated_tests_keep_every_time(gp: Gp, tmp_path: Path) -> No
             (LOGS / "10_nccltests294_nonmpi_build_interleaved_avg0.txt").read_text(),
             "line 3: '134217728",
         ),
+        ("\x7fELF\x02\x01\x01\x00\x00\x00\n", "line 1: not text,"),  # not its bytes escaped
     ],
 )
 def test_not_a_log_is_one_line_and_writes_nothing(
@@ -796,3 +797,32 @@ def test_a_log_across_nodes_predicts_more_nodes_without_a_system(gp: Gp, tmp_pat
     assert other.code == 0 and "cannot be told apart at 2 node(s) x 4" in notes
     assert "predict more nodes at 8 GPUs per node, or give --hardware" in notes
     assert "--intra-gbps" not in notes
+    # a log of collectives alone: nothing said of pipelines or of DDP's compute
+    said = " ".join(json.loads(other.out)["assumptions"] + json.loads(other.out)["notes"])
+    assert "Pipeline" not in said and "compute" not in said
+
+
+def test_a_log_that_names_no_gpu_says_so_on_a_system(gp: Gp, tmp_path: Path) -> None:
+    """A log without rank lines names no GPU: predicted on a system (--hardware at predict
+    time) its collectives are the preset's, and the notes say why and how to calibrate (not
+    "the run measured another device")."""
+    log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    lines = [line for line in log.read_text().splitlines() if "Rank " not in line]
+    (tmp_path / "unnamed.log").write_text("\n".join(lines) + "\n")
+    (run,) = _import(gp, tmp_path / "runs", tmp_path / "unnamed.log", "--nodes", "2", "--gpus",
+                     "8")  # fmt: skip
+    got = gp("predict", run, "--hardware", "dgx-h100", "--nodes", "4", "--format", "json")
+    notes = " ".join(json.loads(got.out)["notes"])
+    assert got.code == 0 and "the run does not say which GPU it measured" in notes
+    assert "import the log with --hardware dgx-h100" in notes and "another device" not in notes
+
+
+def test_a_log_named_twice_is_read_once(gp: Gp, tmp_path: Path) -> None:
+    """The same file given twice is one measurement, not two cycles of it: read once, said."""
+    log = LOGS / "05_oci_a100_2nodes_v2.13_hexbusid.txt"
+    (once,) = _import(gp, tmp_path / "a", log)
+    got = gp("import", "nccl-tests", log, log.parent / ".." / "nccl-tests" / log.name,
+             "--out", tmp_path / "b")  # fmt: skip
+    assert got.code == 0 and "given more than once, read once" in got.err
+    twice = open_run(Path(got.out.strip()))
+    assert len(twice.table("collectives")) == len(open_run(once).table("collectives"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
-from gpuprof.predict.predictions import predict, report_curves
+from gpuprof.predict.curves import report_curves
+from gpuprof.predict.predictions import predict
 from gpuprof.predict.whatifs import PredictRequest
 
 EFFICIENCY_LIMIT = 0.8

@@ -22,8 +22,10 @@ def _node_list(text: str | None) -> tuple[int, ...] | None:
         return None
     try:
         nodes = ints(text)
-    except ValueError as exc:
-        raise UsageError(f"invalid --nodes {text!r}: {exc}", "e.g. --nodes 2,4,8") from None
+    except ValueError:
+        raise UsageError(
+            f"invalid --nodes {text!r}: give whole numbers", "e.g. --nodes 2,4,8"
+        ) from None
     if any(n < 1 or n > 1_000_000 for n in nodes):
         raise UsageError(f"invalid --nodes {text!r}: each between 1 and 1000000")
     return tuple(sorted(set(nodes)))
@@ -33,7 +35,10 @@ def _sizes(text: str | None) -> tuple[int, ...]:
     if text is None:
         return ()
 
-    return tuple(parse_size_list(text))
+    sizes = tuple(parse_size_list(text))
+    if any(s <= 0 for s in sizes):
+        raise UsageError(f"invalid --sizes {text!r}: each size must be positive", "e.g. 1M,1G")
+    return sizes
 
 
 def _positive(name: str, value: float | None) -> float | None:

@@ -9,9 +9,9 @@ from gpuprof.predict.network import MODEL_BAND, bands
 from gpuprof.predict.whatifs import PredictRequest
 
 
-def source_note(system: System, same: bool, calibrated: bool = False) -> str:
+def source_note(system: System, same: bool, calibrated: bool = False, named: bool = True) -> str:
     """Where the collectives come from on a system: the run's measurement, its fits or the
-    preset."""
+    preset (`named`: whether the run says which GPU it measured)."""
     if calibrated:
         return (
             f"the run measured {system.gpu}: its collectives calibrate NCCL's model on "
@@ -21,6 +21,12 @@ def source_note(system: System, same: bool, calibrated: bool = False) -> str:
         return (
             f"the run measured {system.gpu}: inside one node its own fits; across nodes the "
             f"preset {system.name} under NCCL's model"
+        )
+    if not named:
+        return (
+            f"the run does not say which GPU it measured (a log without rank lines): collectives "
+            f"from the preset {system.name} under NCCL's model (import the log with --hardware "
+            f"{system.name} to say it was measured there: it then calibrates the model)"
         )
     return (
         f"the run measured another device: collectives from the preset {system.name} under "
@@ -35,8 +41,10 @@ def assumptions(
     system: System | None,
     calibrated: bool = False,
     same: bool = False,
+    pipeline: bool = False,
 ) -> list[str]:
-    """What every prediction assumes, said once."""
+    """What every prediction assumes, said once (the pipeline's and the compute's on
+    another device where a DDP or pipeline prediction was made)."""
     if system is not None:
         one, two, whose = bands(system)
         lines = [
@@ -86,17 +94,19 @@ def assumptions(
         )
     if request.compute_ms:
         lines.append("--compute-ms: the one-rank step on the target, as given.")
-    if system is not None and not same:  # the run measured another kind of device
+    trains = basis is not None or pipeline
+    if system is not None and not same and trains:  # the run measured another kind of device
         lines.append(
             f"On {system.name}'s GPU: compute scaled by the run's float32 matmul rate against "
             "the GPU's datasheet float32 peak, the optimizer by the run's copy bandwidth against "
             "its memory bandwidth (unless --compute-ms gives the step); the run's framework "
             "overhead and pipeline send/recv time are not carried to another kind of device."
         )
-    lines.append(
-        "Pipeline (one stage per GPU: p = nodes x GPUs per node): step = the bubble theory with "
-        "the measured per-micro-batch stage times + the step's excess over theory at the "
-        "measured p, fitted as c x (p - 1) + e x m x v (hops on the fill and drain, send/recv "
-        "per micro-batch)."
-    )
+    if pipeline:
+        lines.append(
+            "Pipeline (one stage per GPU: p = nodes x GPUs per node): step = the bubble theory "
+            "with the measured per-micro-batch stage times + the step's excess over theory at "
+            "the measured p, fitted as c x (p - 1) + e x m x v (hops on the fill and drain, "
+            "send/recv per micro-batch)."
+        )
     return lines

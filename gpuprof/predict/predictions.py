@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuprof.analysis import gpu_model
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System
@@ -141,7 +142,8 @@ def predict(
     calibrations = measured_calibrations(analyzed, also, system, same)
     if system is not None:
         backend = "nccl"
-        notes.append(source_note(system, same, bool(calibrations)))
+        named = bool(gpu_model(info) or info.get("hardware")) or info.get("device") != "cuda"
+        notes.append(source_note(system, same, bool(calibrations), named))
         notes += calibration_notes(calibrations, system)
     nets = {
         (f.op, f.dtype): _network(
@@ -164,7 +166,7 @@ def predict(
     scale = None
     if system is not None and not same:
         scale = hardware_change(request, analyzed, system).compute_scale
-        if scale is None and request.compute_ms is None:
+        if scale is None and request.compute_ms is None and (basis or analyzed.has(PIPELINE)):
             notes.append(
                 "DDP and pipeline compute kept as the run measured it: it has no float32 "
                 "matmul rate to scale by (run the compute probe, or give --compute-ms)"
@@ -181,7 +183,9 @@ def predict(
         whatifs=whatifs,
         pipeline=pipeline,
         crossings=crossings,
-        assumptions=assumptions(backend, basis, request, system, bool(calibrations), same),
+        assumptions=assumptions(
+            backend, basis, request, system, bool(calibrations), same, not pipeline.empty
+        ),
         notes=notes,
         moe=moe,
     )
@@ -377,23 +381,3 @@ def _pipeline(
                     }
                 )
     return pd.DataFrame(rows)
-
-
-SINGLE_NODE_RANKS = (1, 2, 4, 8, 16, 32, 64)
-
-
-def report_curves(analyzed: Analyzed) -> list[Prediction]:
-    """The predictions the report draws: over node counts (the run's ranks per node) for a
-    multi-node run; over ranks in one node for a one-node run. Empty when nothing fits."""
-    nodes = int(analyzed.info.get("num_nodes") or 1)
-    if nodes > 1:
-        requests = [PredictRequest()]
-    else:
-        requests = [PredictRequest(nodes=(1,), gpus=g) for g in SINGLE_NODE_RANKS]
-    found = []
-    for request in requests:
-        try:
-            found.append(predict(analyzed, request))
-        except UsageError:
-            return []
-    return found

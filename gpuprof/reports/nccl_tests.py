@@ -19,7 +19,7 @@ import pandas as pd
 from gpuprof import registry
 from gpuprof.analysis.summary import summarize_run
 from gpuprof.errors import UsageError
-from gpuprof.runs.nccl_log import TYPES
+from gpuprof.runs.nccl_names import TYPES
 from gpuprof.runs.store import Run
 from gpuprof.specs.collectives import IN_PLACE_ONLY, OUT_OF_PLACE_ONLY
 

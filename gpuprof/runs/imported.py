@@ -188,7 +188,11 @@ def import_logs(
     if not paths:
         raise UsageError("no log given", "gpuprof import nccl-tests all_reduce.log ...")
     system = _hardware(hardware)
-    logs = [read_log(path) for path in paths]
+    once: dict[Path, Path] = {}  # a file named twice is read once (its rows are not repeats)
+    for path in paths:
+        once.setdefault(path.resolve(), path)
+    twice = [f"{p}: given more than once, read once" for p in paths if once[p.resolve()] is not p]
+    logs = [read_log(path) for path in once.values()]
     if not any(log.rows for log in logs):
         why = next((line for log in logs for line in log.stopped), f"{paths[0]}: no result row")
         raise UsageError(f"no complete row in any test: {why}", "the log has no results")
@@ -197,9 +201,8 @@ def import_logs(
         _check_gpus(shapes, hardware, str(system["gpu"]))
     check_out_dir(out)
     runs = [_write_run(shape, out, argv, system, probe) for shape in shapes if shape.tests]
-    for log in logs:
-        for line in log.stopped + log.skipped:
-            warn(line)
+    for line in twice + [line for log in logs for line in log.stopped + log.skipped]:
+        warn(line)
     return runs
 
 

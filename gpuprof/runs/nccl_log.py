@@ -36,36 +36,15 @@ from pathlib import Path
 
 from gpuprof.errors import UsageError
 from gpuprof.runs.nccl_info import message_start, read_choice, read_versions
-
-# nccl-tests' type names (src/common.cu test_typenames) -> gpuprof's dtype and element bytes
-TYPES: dict[str, tuple[str, int]] = {
-    "int8": ("int8", 1),
-    "char": ("int8", 1),
-    "uint8": ("uint8", 1),
-    "int32": ("int32", 4),
-    "int": ("int32", 4),
-    "uint32": ("uint32", 4),
-    "int64": ("int64", 8),
-    "uint64": ("uint64", 8),
-    "half": ("float16", 2),
-    "float": ("float32", 4),
-    "double": ("float64", 8),
-    "bfloat16": ("bfloat16", 2),
-    "f8e4m3": ("float8_e4m3fn", 1),
-    "f8e5m2": ("float8_e5m2", 1),
-}
-# programs -> gpuprof's op names (gather, scatter and hypercube have no gpuprof counterpart)
-PROGRAMS = {
-    "all_reduce": "all_reduce",
-    "all_gather": "all_gather",
-    "reduce_scatter": "reduce_scatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "alltoall": "all_to_all",
-    "sendrecv": "sendrecv",
-}
-OTHER_PROGRAMS = ("gather", "scatter", "hypercube")
-REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
+from gpuprof.runs.nccl_names import (
+    NUMBER,
+    OTHER_PROGRAMS,
+    PROGRAMS,
+    REDOPS,
+    TYPES,
+    file_op,
+    guess_op,
+)
 
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\] )")
 _OPTIONS = re.compile(r"^#\s*nThread\s+\d+")
@@ -76,7 +55,6 @@ _RANK = re.compile(
 _PROGRAM = re.compile(r"\b(?P<name>[a-z_]+)_perf\b")
 _FOOTER = re.compile(r"^#\s*(Out of bounds values|Avg bus bandwidth)")
 _NOISE = re.compile(r"\b[RN]CCL (INFO|WARN|TRACE)\b|^\s*$")
-_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -160,22 +138,8 @@ def _column_header(text: str) -> tuple[str, ...] | None:
     return tuple(tokens)
 
 
-def _guess_op(fixed: dict[str, str], count: int, size: int, elem: int, ranks: int) -> str | None:
-    """The op a row of an unnamed block implies (None: it cannot be told)."""
-    redop = fixed.get("redop", "none")
-    root = int(fixed.get("root", "-1")) if _NUMBER.match(fixed.get("root", "-1")) else -1
-    per_rank = ranks > 1 and count * elem * ranks == size
-    if redop in REDOPS:
-        if root >= 0:
-            return "reduce"
-        return "reduce_scatter" if per_rank else "all_reduce"
-    if root >= 0:
-        return "broadcast"
-    return None if per_rank else "sendrecv" if count * elem == size else None
-
-
 def _value(token: str) -> float | None:
-    return float(token) if _NUMBER.match(token) else None
+    return float(token) if NUMBER.match(token) else None
 
 
 def _fixed(names: tuple[str, ...], tokens: list[str]) -> dict[str, str] | None:
@@ -188,7 +152,7 @@ def _fixed(names: tuple[str, ...], tokens: list[str]) -> dict[str, str] | None:
         return None
     fixed = dict(zip(names[:3], tokens[:3], strict=True))
     for token in tokens[3:]:
-        key = "root" if _NUMBER.match(token) else "redop"
+        key = "root" if NUMBER.match(token) else "redop"
         if key not in names or key in fixed:
             return None
         fixed[key] = token
@@ -204,7 +168,7 @@ def _places(columns: tuple[str, ...]) -> list[tuple[str, ...]]:
 
 
 def _parse_row(
-    tokens: list[str], block: Block, file_op: str | None, number: int
+    tokens: list[str], block: Block, named_op: str | None, number: int
 ) -> list[Row] | str:
     """The cases of one row (one per place), or why it does not fit the block's columns."""
     columns = block.columns
@@ -224,11 +188,11 @@ def _parse_row(
     if not (fixed["size"].isdigit() and fixed.get("count", "0").isdigit()):
         return "size and count are not whole numbers"
     size, count = int(fixed["size"]), int(fixed.get("count", "0"))
-    if size == 0:  # -b 0: nothing moved, nothing to keep
+    if size == 0:  # -b 0, or a count too small to split: nothing moved, nothing kept
         return []
     dtype, elem = kind
     if not block.op:
-        guessed = file_op or _guess_op(fixed, count, size, elem, len(block.devices))
+        guessed = named_op or guess_op(fixed, count, size, elem, len(block.devices))
         if guessed is None:
             return (
                 "cannot tell which collective this is (all_gather and alltoall print alike;"
@@ -236,7 +200,7 @@ def _parse_row(
             )
         block.op = guessed
     redop = fixed.get("redop", "none")
-    root = int(fixed["root"]) if _NUMBER.match(fixed.get("root", "")) else -1
+    root = int(fixed["root"]) if NUMBER.match(fixed.get("root", "")) else -1
     rest = tokens[split:]
     rows = []
     for place, names in enumerate(places):
@@ -265,19 +229,6 @@ def _parse_row(
     return rows
 
 
-def _file_op(path: Path) -> str | None:
-    """The op a file's name says (`all_gather_perf_2n.txt`, `allgather.log`), if one."""
-    name = path.name.lower().replace("-", "_")
-    found = [
-        (spelling, op)
-        for program, op in PROGRAMS.items()
-        for spelling in {program, program.replace("_", ""), op}
-        if spelling in name
-    ]
-    # all_reduce's name holds reduce: the longest match says it
-    return max(found, key=lambda f: len(f[0]))[1] if found else None
-
-
 def parse_lines(lines: Iterable[str], path: Path) -> Log:
     """Read one log's lines (see the module's docstring)."""
     log = Log(path=path)
@@ -286,7 +237,7 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
     devices: list[Device] = []
     options: dict[str, str] = {}
     first_foreign: tuple[int, str] | None = None
-    file_op = _file_op(path)
+    named_op = file_op(path)
     pending, chosen = "", set[str]()  # a row's pieces before NCCL's messages, their choices
     for number, raw in enumerate(lines, start=1):
         log.lines = number
@@ -336,7 +287,7 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
             continue
         tokens = stripped.split()
         if block is not None and tokens and tokens[0].isdigit():
-            got = _parse_row(tokens, block, file_op, number)
+            got = _parse_row(tokens, block, named_op, number)
             if isinstance(got, str):
                 kept = len(block.rows)
                 block.stopped = f"{path}:{number}: {got}; stopped there, {kept} row(s) kept"
@@ -354,7 +305,8 @@ def parse_lines(lines: Iterable[str], path: Path) -> Log:
         block.stopped = f"{path}:{log.lines}: the row breaks off; stopped there"
     if not log.blocks and not log.skipped:
         where = (
-            f"line {first_foreign[0]}: {first_foreign[1][:60]!r}"
+            f"line {first_foreign[0]}: "
+            + (repr(first_foreign[1][:60]) if first_foreign[1][:60].isprintable() else "not text")
             if first_foreign
             else f"{log.lines} line(s), none of them a test's column header"
         )

@@ -13,8 +13,9 @@ from gpuprof.analysis.ddp import scaling
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.machine.systems import PRESETS
 from gpuprof.predict.calibrations import run_system
+from gpuprof.predict.curves import report_curves
 from gpuprof.predict.nccl import collective
-from gpuprof.predict.predictions import COLLECTIVES, DDP, report_curves
+from gpuprof.predict.predictions import COLLECTIVES, DDP
 from gpuprof.predict.published import BOUND, LARGE, checked, published_time, scale_rows
 from gpuprof.predict.text import fit_rows
 from gpuprof.predict.whatifs import same_hardware
