@@ -54,11 +54,12 @@ EXPECTED = {
 }
 
 
-# logs that print no rank lines: the shape given
+# logs that print no rank lines: the shape given (nodes, GPUs per node; the p5 log's busbw /
+# algbw, 483.35 / 276.2 = 1.75, is nccl-tests' all_reduce factor of 8 ranks: one p5)
 SHAPED = {
-    "04_awsome_awsbatch_p5_mpirun_tagoutput_prefix.txt": ("all_reduce", "p5"),
-    "11_azureml_v100_2nodes_pre2.13_error_column.txt": ("all_reduce", "2 x V100 nodes"),
-    "13_awsome_p4de_srun_label_prefix_partial.txt": ("all_reduce", "p4de"),
+    "04_awsome_awsbatch_p5_mpirun_tagoutput_prefix.txt": ("all_reduce", (1, 8)),
+    "11_azureml_v100_2nodes_pre2.13_error_column.txt": ("all_reduce", (2, 8)),
+    "13_awsome_p4de_srun_label_prefix_partial.txt": ("all_reduce", (2, 8)),
 }
 
 
@@ -99,6 +100,20 @@ def test_real_logs_of_every_vintage_become_runs(gp: Gp, tmp_path: Path, name: st
     assert set(summary["size_bytes"]) == sizes
 
 
+def _as_ranks(lines: list[str], ranks: int) -> str:
+    """Log 07's all_reduce lines as a job of `ranks` would have printed them: each row's busbw
+    its algbw x nccl-tests' factor 2(n-1)/n (the import checks the two agree)."""
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 13 and fields[0].isdigit():
+            for alg, bus in ((6, 7), (10, 11)):
+                fields[bus] = f"{float(fields[alg]) * 2 * (ranks - 1) / ranks:.2f}"
+            line = "  ".join(fields)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 @pytest.mark.parametrize("name", sorted(SHAPED))
 def test_a_log_without_rank_lines_takes_the_shape_given(gp: Gp, tmp_path: Path, name: str) -> None:
     """Published excerpts behind launcher prefixes (Open MPI's `[1,0]<stdout>:`, srun -l's
@@ -107,11 +122,14 @@ def test_a_log_without_rank_lines_takes_the_shape_given(gp: Gp, tmp_path: Path, 
     refused = gp("import", "nccl-tests", log, "--out", tmp_path)
     assert refused.code == 2 and "give --nodes and --gpus" in refused.err
     assert not list(tmp_path.iterdir())
-    (run_dir,) = _import(gp, tmp_path, log, "--nodes", "2", "--gpus", "8")
+    op, (nodes, gpus) = SHAPED[name]
+    wrong = gp("import", "nccl-tests", log, "--out", tmp_path, "--nodes", "3", "--gpus", "5")
+    assert wrong.code == 2 and "is nccl-tests' bus factor of" in wrong.err  # not 15 ranks
+    (run_dir,) = _import(gp, tmp_path, log, "--nodes", str(nodes), "--gpus", str(gpus))
     summary = summarize_run(open_run(run_dir), "collectives")
     rows = [r for r in _rows(log.read_text()) if int(r[0]) > 0]
-    assert len(summary) == 2 * len(rows) and set(summary["world_size"]) == {16}
-    assert set(summary["op"]) == {SHAPED[name][0]}
+    assert len(summary) == 2 * len(rows) and set(summary["world_size"]) == {nodes * gpus}
+    assert set(summary["op"]) == {op}
 
 
 def test_a_run_that_crashed_in_its_first_row_has_nothing_to_keep(gp: Gp, tmp_path: Path) -> None:
@@ -274,7 +292,7 @@ def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
     log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
     lines = log.read_text().splitlines()  # its first host's 8 ranks alone: one node of 8
     one_node = [line for line in lines if not ("Rank " in line and "bm-h100-02" in line)]
-    (tmp_path / "one_node.log").write_text("\n".join(one_node) + "\n")
+    (tmp_path / "one_node.log").write_text(_as_ranks(one_node, 8))
     two, one = _import(gp, out, log, tmp_path / "one_node.log", "--hardware", "dgx-h100")
     assert json.loads((two / "run.json").read_text())["hardware"]["name"] == "dgx-h100"
     for args in (("show", two), ("report", two), ("compare", two, one, "-o", tmp_path / "c.html")):
@@ -332,7 +350,7 @@ def test_a_second_run_calibrates_the_node_counts_nearest_it(gp: Gp, tmp_path: Pa
     out = tmp_path / "runs"
     (two,) = _import(gp, out, log, "--hardware", "dgx-h100")
     lines = [line for line in log.read_text().splitlines() if "Rank " not in line]
-    (tmp_path / "all_reduce_4n.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "all_reduce_4n.log").write_text(_as_ranks(lines, 32))
     (four,) = _import(gp, out, tmp_path / "all_reduce_4n.log", "--hardware", "dgx-h100",
                       "--nodes", "4", "--gpus", "8")  # fmt: skip
     got = gp("predict", two, "--calibrate-with", four, "--nodes", "2,4,8", "--sizes", "1G",
@@ -355,7 +373,7 @@ def test_a_run_inside_one_node_predicts(gp: Gp, tmp_path: Path) -> None:
     nodes)."""
     log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
     lines = [line for line in log.read_text().splitlines() if "Rank " not in line]
-    (tmp_path / "all_reduce_1n.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "all_reduce_1n.log").write_text(_as_ranks(lines, 8))
     (one,) = _import(gp, tmp_path / "runs", tmp_path / "all_reduce_1n.log", "--hardware",
                      "dgx-h100", "--nodes", "1", "--gpus", "8")  # fmt: skip
     got = gp("predict", one, "--nodes", "1,4", "--sizes", "1M", "--format", "json")

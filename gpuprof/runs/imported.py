@@ -161,6 +161,8 @@ def _shapes(logs: list[Log], nodes: int | None, gpus: int | None) -> list[_Shape
                 f"{where[0].path}:{where[1].first_line}: a test of one rank moves nothing",
                 "import tests of 2 or more ranks",
             )
+        for log, block in shape.tests:
+            _check_ranks(log.path, block, shape.nodes, shape.gpus)
         devices = shape.devices
         if devices and len(devices) != shape.nodes * shape.gpus:
             raise UsageError(
@@ -204,6 +206,30 @@ def import_logs(
     for line in twice + [line for log in logs for line in log.stopped + log.skipped]:
         warn(line)
     return runs
+
+
+def _check_ranks(path: Path, block: Block, nodes: int, gpus: int) -> None:
+    """A UsageError where the test's printed busbw / algbw (nccl-tests' bus factor: 2(n-1)/n
+    for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall) says another number
+    of ranks than nodes x gpus: every bandwidth would be recomputed for the wrong count.
+    Read at its largest algbw, where the printed digits are most exact."""
+    twice = block.op == "all_reduce"
+    printed = [r for r in block.rows if r.printed_bw and r.printed_bw[0] >= 1.0]
+    if block.op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") or not printed:
+        return
+    row = max(printed, key=lambda r: r.printed_bw or (0.0, 0.0))
+    alg, bus = row.printed_bw or (1.0, 1.0)
+    ratio, n = bus / alg, nodes * gpus
+    factor = (2 if twice else 1) * (n - 1) / n
+    if abs(ratio - factor) <= ratio * (0.005 / alg + 0.005 / max(bus, 0.005)) + 1e-9:
+        return
+    room = (2 if twice else 1) - ratio  # the factor's distance from its limit, 1 / n of it
+    implied = f"{round((2 if twice else 1) / room)} ranks" if room > 0 else "another count"
+    raise UsageError(
+        f"{path}:{row.line}: busbw / algbw {bus:g} / {alg:g} is nccl-tests' bus factor of "
+        f"{implied}, not of {nodes} x {gpus}",
+        "give --nodes and --gpus of the job that printed the log",
+    )
 
 
 def _check_gpus(shapes: list[_Shape], hardware: str, gpu: str) -> None:

@@ -84,6 +84,7 @@ class Row:
     nwrong: float | None  # None: not checked (`N/A`), or an older version's `error` column
     line: int
     choices: tuple[str, ...] = ()  # NCCL's algorithm/protocol for its calls (TUNING lines)
+    printed_bw: tuple[float, float] | None = None  # (algbw, busbw) as printed, GB/s
 
 
 @dataclass
@@ -136,6 +137,12 @@ def _column_header(text: str) -> tuple[str, ...] | None:
     if len(tokens) < 6 or tokens[0] != "size" or "count" not in tokens or "time" not in tokens:
         return None
     return tuple(tokens)
+
+
+def _bandwidths(group: dict[str, str]) -> tuple[float, float] | None:
+    """A place's printed algbw and busbw, where both are numbers."""
+    alg, bus = _value(group.get("algbw", "")), _value(group.get("busbw", ""))
+    return (alg, bus) if alg is not None and bus is not None else None
 
 
 def _value(token: str) -> float | None:
@@ -224,6 +231,7 @@ def _parse_row(
                 times_us=(time,),
                 nwrong=_value(wrong) if wrong is not None else None,
                 line=number,
+                printed_bw=_bandwidths(group),
             )
         )
     return rows
