@@ -60,7 +60,9 @@ def baseline(runs: tuple[str, ...], output: str, extend: str | None, fmt: str, o
     line = f"{output}: {len(data['cases'])} case-metrics from {count} run(s)"
     if count == 1:
         line += " (one run: thresholds will be --min-effect alone)"
-    elif span is not None:
+    elif span is None:  # imported logs: when they ran is not known
+        line += " (when they were measured is not known: no window said)"
+    else:
         line += (
             f" measured over {span / 3600:.1f} h"
             if span >= 3600

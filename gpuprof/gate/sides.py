@@ -75,8 +75,9 @@ class Side:
 
 def span_s(runs: list[dict[str, Any]]) -> float | None:
     """Seconds from the first run's start to the last's (None: fewer than two runs with a
-    start time)."""
-    starts = sorted(t for t in (utc_seconds(r.get("created_utc")) for r in runs) if t is not None)
+    start time; an imported log's measurement has none: `measured_utc`)."""
+    times = (utc_seconds(r.get("measured_utc", r.get("created_utc"))) for r in runs)
+    starts = sorted(t for t in times if t is not None)
     return starts[-1] - starts[0] if len(starts) > 1 else None
 
 
@@ -85,6 +86,7 @@ def _run_entry(run: Run) -> dict[str, Any]:
         "run_id": run.info.get("run_id", run.path.name),
         "path": str(run.path),
         "created_utc": run.info.get("created_utc"),
+        "measured_utc": run.info.get("measured_utc", run.info.get("created_utc")),
         "status": run.status,
     }
 

@@ -262,6 +262,7 @@ def _write_run(
         "schema_version": SCHEMA_VERSION,
         "run_id": run_dir.name,
         "created_utc": utc_now(),
+        "measured_utc": None,  # when nccl-tests ran: its log does not say (created is the import)
         "argv": argv,
         "gpuprof_version": gpuprof_version(),
         "launcher": "import",
