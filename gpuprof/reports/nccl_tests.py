@@ -130,7 +130,8 @@ def nccl_tests_text(summary: pd.DataFrame, label: str = "") -> str:
             out_row, in_row = places.get(False), places.get(True)
             measured = pd.Series(out_row if out_row is not None else in_row)
             elements = size // ELEMENT_BYTES[dtype] // (n if op in PER_RANK_COUNT else 1)
-            redop = str(measured["redop"]) if op in REDUCING else "none"
+            # sendrecv_perf prints its (unused) reduction, sum; the others without one "none"
+            redop = str(measured["redop"]) if op in (*REDUCING, "sendrecv") else "none"
             root = 0 if op in ROOTED else -1
             line = f"{size:12d}  {elements:12d}  {TYPE_NAMES[dtype]:>8}  {redop:>6}  {root:6d}"
             line += _body(pd.Series(out_row) if out_row is not None else None, measured)
