@@ -139,6 +139,14 @@ def test_one_nvlink_domain_calibrates_inside_one_domain_only() -> None:
     assert choose([trays], 16, 4, rack) is trays and choose([trays], 32, 4, rack) is None
 
 
+def test_a_measurement_across_nodes_calibrates_no_target_inside_one_node() -> None:
+    """A network's costs say nothing of NVLink alone: with only a 2-node measurement, one node
+    is the preset's (a 2-node slow size once came out 12x one node's measured time)."""
+    across = calibrate(H100, "all_reduce", "float32", 2, 8, [(1 << 20, 900.0)], "x")
+    assert across is not None
+    assert choose([across], 1, 8, H100) is None and choose([across], 4, 8, H100) is across
+
+
 def test_the_nearest_measured_node_count_calibrates() -> None:
     two, eight = (
         calibrate(H100, "all_reduce", "float32", n, 8, _measured(H100, "all_reduce", n, 1, 1), "x")

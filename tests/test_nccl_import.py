@@ -727,16 +727,36 @@ def test_a_ring_across_nodes_under_its_nics_line_rate_is_a_finding() -> None:
     ]
     (text,) = nic_findings(pd.DataFrame(rails), polaris)
     assert text.startswith("all_reduce across 2 nodes (group rail1, the slowest of 2) reaches")
+    # a ring past the line rate: the system measured is not the one --hardware names
+    over = [_across("all_gather", 2, 8, 1 << 30, 7 / 8 * (1 << 30) / 60e3)]  # 60 GB/s busbw
+    (text,) = nic_findings(pd.DataFrame(over), polaris)
+    assert "60.0 GB/s busbw at 1 GiB, 120% of the 2 x 200 Gbit/s NICs polaris" in text
+    assert "which a ring cannot pass" in text
 
 
 def test_the_notes_say_what_the_bus_reached_against_the_nics(gp: Gp, tmp_path: Path) -> None:
-    """The calibration derives the bus bandwidth reached as a share of the NICs' line rate:
-    log 07 (2 x 8 H100, NCCL 2.26) reaches 469 GB/s at 16 GiB against DGX H100's 8 x 400
-    Gbit/s (a tree across two nodes passes a ring's bound)."""
+    """The calibration derives the bus bandwidth a ring reached as a share of the NICs' line
+    rate, where NCCL runs a ring: not log 07's all_reduce (2 x 8 H100: NVLS-tree, whose 469
+    GB/s at 16 GiB passes the 400 GB/s of a node's NICs, as a tree across two nodes does), but
+    an all_gather; a ring past the line rate says the NICs are not the system's."""
+    from gpuprof.machine.systems import PRESETS
+    from gpuprof.predict.calibrate import calibrate
+    from gpuprof.predict.calibrations import calibration_notes, nic_reach
+
+    h100 = PRESETS["dgx-h100"]
     log = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
     (run,) = _import(gp, tmp_path, log, "--hardware", "dgx-h100")
     notes = gp("predict", run, "--nodes", "4", "--sizes", "1G").out
-    assert "busbw 469.2 GB/s at 16 GiB, 117% of a node's NICs' 400 GB/s" in notes
+    assert "busbw 469.2 GB/s" not in notes and "of a node's NICs'" not in notes
+    size = 1 << 30  # all_gather on 16 ranks: busbw = 15/16 x size / time
+    for busbw, said in ((380.0, "95% of a node's NICs' 400 GB/s"), (460.0, "a ring cannot")):
+        time = 15 / 16 * size / busbw / 1e3
+        got = nic_reach(h100, "all_gather", 2, 8, [(size, time)])
+        assert got is not None and got[1] == pytest.approx(busbw) and got[2] == 400
+        found = calibrate(h100, "all_gather", "float32", 2, 8, [(size, time)], "x")
+        assert found is not None
+        assert said in " ".join(calibration_notes({("all_gather", "float32"): [found]}, h100))
+    assert nic_reach(h100, "all_reduce", 2, 8, [(size, 5000.0)]) is None  # NVLS-tree
 
 
 def test_sizes_with_wrong_results_calibrate_nothing(gp: Gp, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.machine.systems import System
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus
-from gpuprof.predict.calibrations import nic_reach, run_system
+from gpuprof.predict.calibrations import NIC_OVER, nic_reach, run_system
 from gpuprof.predict.nccl_tuning import NCCL_ALGO_NAMES
 from gpuprof.runs.imported import measured_choices
 from gpuprof.units import format_size
@@ -218,10 +218,18 @@ def nic_findings(summary: pd.DataFrame, system: System | None) -> list[str]:
             worst[key] = (share, str(group), *got)
     found = []
     for key, (share, group, size, busbw, line) in worst.items():
-        if share >= NIC_BELOW:
-            continue
         op, scope, world, nodes = key
         node = at_gpus(system, world // nodes)
+        if share > NIC_OVER:
+            found.append(
+                f"{op} across {nodes} nodes reaches {busbw:.1f} GB/s busbw at "
+                f"{format_size(size)}, {share:.0%} of the {node.nics_per_node} x "
+                f"{node.nic_gbps:g} Gbit/s NICs {system.name} gives a node, which a ring "
+                "cannot pass: the system measured has other NICs; give --hardware its own "
+                "preset or a system file with its nics_per_node and nic_gbps."
+            )
+        if share >= NIC_BELOW:
+            continue
         which = f" (group {group}, the slowest of {groups[key]})" if groups[key] > 1 else ""
         found.append(
             f"{op} across {nodes} nodes{which} reaches {busbw:.1f} GB/s busbw at "

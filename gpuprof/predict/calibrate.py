@@ -310,12 +310,10 @@ def choose(
     """The calibration for nodes x gpus of `system`: the measurement at that very shape; else
     one that crossed NVLink domains as the target does (one domain's measurement says nothing
     of the network), the nearest in node count (the one below on a tie), then the same GPUs
-    per node; for a target inside one domain, one inside one domain first. None where only
-    one domain was measured and the target crosses domains."""
+    per node; for a target inside one domain, one inside one domain (a measurement across the
+    network says nothing of NVLink alone). None where no measurement is on the target's side."""
     across = crosses(system, nodes, gpus)
     pool = [c for c in calibrations if crosses(system, c.nodes, c.gpus) == across]
-    if not pool and not across:
-        pool = list(calibrations)
     if not pool:
         return None
 

@@ -7,9 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuprof.analysis.bandwidth import STEP
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.machine.systems import System, load_system, nccl_version_in, system_from_dict
+from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import Calibration, at_gpus, calibrate, crosses
 from gpuprof.predict.fits import correct_only
 from gpuprof.predict.nccl import OPS, P2P_OPS
@@ -25,6 +27,7 @@ COLLECTIVES = _COLLECTIVES.name
 # nodes is bounded by a node's NICs' line rate (a tree, NVLS or SHARP can pass it)
 RING_BOUND = ("all_reduce", "all_gather", "reduce_scatter")
 SATURATED = 256 << 20  # from this size on, a curve's largest size shows the rate it reaches
+NIC_OVER = 1.05  # a ring's busbw past this share of the NICs' line rate: not the system's NICs
 
 
 def nic_reach(
@@ -32,13 +35,17 @@ def nic_reach(
 ) -> tuple[int, float, float] | None:
     """The largest size measured across nodes, its busbw and the line rate of a node's NICs
     at that many GPUs (GB/s): what the bus reached against what bounds a ring between nodes.
-    None inside one NVLink domain, for another op, below SATURATED or without the NICs' rate."""
+    None inside one NVLink domain, for another op, below SATURATED, without the NICs' rate, or
+    where NCCL's model picks no ring there (a tree across two nodes, NVLS or SHARP can pass
+    the NICs' rate in busbw)."""
     if op not in RING_BOUND or not crosses(system, nodes, gpus) or not points:
         return None
     size, time = max(points)
     node = at_gpus(system, gpus)
     line = node.nics_per_node * node.nic_gbps / 8
     if size < SATURATED or line <= 0 or time <= 0:
+        return None
+    if nccl.collective(node, op, nodes * gpus, float(size)).algorithm != "ring":
         return None
     return size, bus_factor(op, nodes * gpus) * size / time / 1e3, line
 
@@ -140,6 +147,7 @@ def calibration_notes(
                     else ""
                 )
                 + _reached(system, c)
+                + _slow(c)
                 + ")"
             )
         shapes = "; ".join(parts)
@@ -156,6 +164,12 @@ def calibration_notes(
         lines.append(
             f"{op} {dtype} calibrated by {shapes}; other shapes with NCCL's structure on "
             f"{system.name}{growth}"
+        )
+    measured = [c for cs in calibrations.values() for c in cs]
+    if measured and all(crosses(system, c.nodes, c.gpus) for c in measured):
+        lines.append(
+            "every measurement crossed nodes: inside one NVLink domain the preset alone (a "
+            "network's costs say nothing of NVLink; measure one node to calibrate it)"
         )
     if calibrations and not any(
         crosses(system, c.nodes, c.gpus) for cs in calibrations.values() for c in cs
@@ -181,15 +195,33 @@ def _apart(used: Calibration, other: Calibration) -> str:
     )
 
 
+def _slow(c: Calibration) -> str:
+    """The sizes the measurement carries that took STEP x a larger size's time (the report's
+    slow sizes): the anomaly of that shape, carried as measured (on published results such
+    sizes stay slow at other node counts on one system and not on another)."""
+    found = []
+    for size, time in c.measured:
+        larger = [(u, r) for r, u in c.measured if r > size and time > STEP * u]
+        if larger:
+            fastest, at = min(larger)
+            found.append(f"{format_size(size)} {time / fastest:.1f}x {format_size(at)}'s time")
+    if not found:
+        return ""
+    return f"; carried as measured, slow sizes: {', '.join(found)} (see the findings)"
+
+
 def _reached(system: System, c: Calibration) -> str:
     """What the bus reached across nodes against the NICs' line rate, for the notes."""
     got = nic_reach(system, c.op, c.nodes, c.gpus, list(c.measured))
     if got is None:
         return ""
     size, busbw, line = got
+    above = (
+        f" (a ring cannot pass them: not {system.name}'s NICs?)" if busbw > NIC_OVER * line else ""
+    )
     return (
         f"; busbw {busbw:.1f} GB/s at {format_size(size)}, {busbw / line:.0%} of a node's NICs' "
-        f"{line:g} GB/s"
+        f"{line:g} GB/s{above}"
     )
 
 

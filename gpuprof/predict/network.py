@@ -129,7 +129,10 @@ class MixedNetwork:
 
     def collective(self, op: str, nodes: int, gpus: int, size: float, backend: str) -> Collective:
         if nodes == 1:
-            return self.run.collective(op, nodes, gpus, size, backend)
+            try:
+                return self.run.collective(op, nodes, gpus, size, backend)
+            except UsageError:  # the run measured nothing inside a node alone: the system's
+                pass
         return self.system.collective(op, nodes, gpus, size, backend)
 
     def changed(self, change: WhatIf) -> MixedNetwork:
