@@ -444,8 +444,15 @@ def test_the_calibrated_band_is_the_held_out_error() -> None:
     band that of its own rows (constants, measured); the groups cover every published row."""
     from gpuprof.predict.network import CALIBRATED_BAND
 
+    from gpuprof.predict.network import PRESET_BAND, PRESET_BANDS
+
     scored = held_out()[0]
     assert _p75([h.error for h in scored]) == pytest.approx(CALIBRATED_BAND, abs=0.005)
+    # the preset alone across domains: its own error on the same rows, by fabric
+    assert _p75([h.preset_error for h in scored]) == pytest.approx(PRESET_BAND, abs=0.005)
+    for group, band in PRESET_BANDS.items():
+        rows = [h.preset_error for h in scored if _group(h.row) == group]
+        assert _p75(rows) == pytest.approx(band, abs=0.005), group
     for group, (one, _) in FABRIC_BANDS.items():
         rows = [h.error for h in scored if _group(h.row) == group]
         assert len(rows) >= 400 and _p75(rows) == pytest.approx(one, abs=0.005), group
@@ -493,7 +500,11 @@ def test_the_assumptions_state_the_band_the_predictions_use() -> None:
     one, two = FABRIC_BANDS["InfiniBand and RoCE"]
     said = f"+-{one:.0%}, the 75th percentile of that error on published results of "
     assert said + "InfiniBand and RoCE systems" in text
-    assert f"+-{two:.0%}" in text and f"+-{MODEL_BAND:.0%}" in text
+    assert f"+-{two:.0%}" in text and f"+-{MODEL_BAND:.0%} inside one NVLink domain" in text
+    assert "across domains the preset alone's 75th percentile" in text and "+-31%" in text
+    preset = SystemNetwork(H100)  # what the rows carry: the same bands
+    assert preset.collective("all_reduce", 2, 8, 1e9, "nccl").rel == 0.31
+    assert preset.collective("all_reduce", 1, 8, 1e9, "nccl").rel == MODEL_BAND
     bare = replace(H100, fabric="")
     text = assumptions("nccl", None, PredictRequest(nodes=(2,)), bare, calibrated=True)[0]
     assert f"+-{CALIBRATED_BAND:.0%}" in text and "all published systems" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuprof.machine.systems import System
 from gpuprof.predict.ddp import DDPBasis
-from gpuprof.predict.network import MODEL_BAND, bands
+from gpuprof.predict.network import MODEL_BAND, bands, preset_band
 from gpuprof.predict.whatifs import PredictRequest
 
 
@@ -51,8 +51,10 @@ def assumptions(
             f"Collectives on {system.name}: NCCL's own cost model (ring, tree, NVLS, NVLS-tree, "
             "CollNet, PAT; LL, LL128, Simple), the fastest algorithm and protocol per size as "
             "NCCL would pick, its channels from the preset's NVLink and NICs "
-            f"(docs/prediction.md). Band: +-{MODEL_BAND:.0%}, the model's error on published "
-            "bandwidth rows"
+            f"(docs/prediction.md). Band: +-{MODEL_BAND:.0%} inside one NVLink domain, the "
+            "model's error on published bandwidth rows; across domains the preset alone's 75th "
+            f"percentile on published results of {whose} held out by scale, "
+            f"+-{preset_band(system):.0%}"
             + (
                 "; calibrated by the run's own measurement (latency x, transfer x per size, "
                 f"carried to other shapes): +-{one:.0%}, the 75th percentile of that error on "

@@ -242,7 +242,7 @@ def _collectives(
                         "size_bytes": size,
                         "time_us": got.time_us,
                         "busbw_gbps": got.busbw_gbps,
-                        "busbw_low": got.busbw_gbps / (1 + got.rel),
+                        "busbw_low": got.busbw_gbps * max(1 - got.rel, 0.0),
                         "busbw_high": got.busbw_gbps * (1 + got.rel),
                         "algorithm": got.algorithm,
                         "source": got.source,
