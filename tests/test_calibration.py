@@ -442,9 +442,7 @@ def _p75(errors: list[float]) -> float:
 def test_the_calibrated_band_is_the_held_out_error() -> None:
     """CALIBRATED_BAND is the 75th percentile of the held-out error, and each fabric group's
     band that of its own rows (constants, measured); the groups cover every published row."""
-    from gpuprof.predict.network import CALIBRATED_BAND
-
-    from gpuprof.predict.network import PRESET_BAND, PRESET_BANDS
+    from gpuprof.predict.network import CALIBRATED_BAND, PRESET_BAND, PRESET_BANDS
 
     scored = held_out()[0]
     assert _p75([h.error for h in scored]) == pytest.approx(CALIBRATED_BAND, abs=0.005)

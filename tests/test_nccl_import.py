@@ -856,6 +856,13 @@ def test_a_log_that_names_no_gpu_says_so_on_a_system(gp: Gp, tmp_path: Path) -> 
     notes = " ".join(json.loads(got.out)["notes"])
     assert got.code == 0 and "the run does not say which GPU it measured" in notes
     assert "import the log with --hardware dgx-h100" in notes and "another device" not in notes
+    # what only a DDP measurement answers is said to need one, not silently dropped
+    got = gp("predict", run, "--hardware", "dgx-h100", "--model-params", "7B", "--format", "json")
+    said = json.loads(got.out)
+    assert any(
+        n.startswith("DDP not predicted: the run measured no DDP step") for n in said["notes"]
+    )
+    assert not any("Another model" in line for line in said["assumptions"])
 
 
 def test_a_log_named_twice_is_read_once(gp: Gp, tmp_path: Path) -> None:

@@ -89,14 +89,14 @@ def assumptions(
             "backward hid at the run's largest world; on other hardware, what the backward "
             "cannot hide, the last bucket at least. At the run's own shape: as measured."
         )
-    if request.model_params:
+    trains = basis is not None or pipeline
+    if request.model_params and trains:
         lines.append(
             "Another model: compute scaled by its parameter count (FLOPs per token are about "
             "6 x parameters, at the same tokens per rank); gradients of its size."
         )
-    if request.compute_ms:
+    if request.compute_ms and trains:
         lines.append("--compute-ms: the one-rank step on the target, as given.")
-    trains = basis is not None or pipeline
     if system is not None and not same and trains:  # the run measured another kind of device
         lines.append(
             f"On {system.name}'s GPU: compute scaled by the run's float32 matmul rate against "

@@ -41,6 +41,7 @@ from gpuprof.predict.network import (
 from gpuprof.predict.pipeline import pipeline_bases, predict_pipeline
 from gpuprof.predict.whatifs import (
     PredictRequest,
+    asks_ddp,
     baseline_network,
     hardware_change,
     knobs,
@@ -290,6 +291,12 @@ def _ddp(
     if basis is None or net is None:
         if basis is not None:
             notes.append("DDP not predicted: the run has no float32 all_reduce fit")
+        elif asks_ddp(request) or (request.nic_gbps and system is not None):
+            notes.append(
+                "DDP not predicted: the run measured no DDP step (gpuprof sweep's ddp probe), "
+                "which --model-params, --compute-ms, --accum, --grad-dtype, --bucket-mb and "
+                "the network what-ifs predict from"
+            )
         return empty, empty, crossings
     base = model_change(request, basis)
     if system is not None and not same_hardware(analyzed, system):

@@ -41,6 +41,12 @@ class PredictRequest:
     experts: int | None = None  # a MoE layer's experts in all (default: as many a rank as run)
 
 
+def asks_ddp(request: PredictRequest) -> bool:
+    """Whether the request asks for what only a DDP prediction answers."""
+    asked = (request.model_params, request.compute_ms, request.accum, request.grad_dtype)
+    return any(v is not None for v in (*asked, request.bucket_mb))
+
+
 def same_hardware(analyzed: Analyzed, system: System) -> bool:
     """Whether the run measured the system's GPU (its fits then describe the same links): its
     ranks' GPUs, or the GPU of the system it says it was measured on (`import --hardware`)."""
