@@ -780,6 +780,11 @@ def test_sizes_with_wrong_results_calibrate_nothing(gp: Gp, tmp_path: Path) -> N
     times = {r["size_bytes"]: r["time_us"] for r in body["collectives"] if r["op"] == "all_reduce"}
     assert times[1 << 20] == pytest.approx(71.93, abs=0.5)  # measured, given back
     assert times[32 << 20] != pytest.approx(267.8, abs=0.5)  # modelled, not the wrong one
+    report = gp("report", run)  # the first finding names them
+    assert report.code == 0
+    assert "all_reduce on 2 node(s), 16 ranks, returned wrong results at 32 MiB (7 elements" in (
+        report.err
+    )
 
 
 def test_hardware_of_another_gpu_than_the_log_names_is_refused(gp: Gp, tmp_path: Path) -> None:

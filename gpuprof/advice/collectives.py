@@ -1,6 +1,7 @@
-"""Collectives: all_reduce busbw on a full NVLink node against the reference for that GPU, and
-the sizes where a curve's time moves against its bytes (a slow size), with NCCL's own choice of
-algorithm and protocol on each side where the run names its system."""
+"""Collectives: sizes whose results were wrong, all_reduce busbw on a full NVLink node against
+the reference for that GPU, a ring's busbw against the NICs' line rate, and the sizes where a
+curve's time moves against its bytes (a slow size), with NCCL's own choice of algorithm and
+protocol on each side where the run names its system."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gpuprof.machine.systems import System
 from gpuprof.predict import nccl
 from gpuprof.predict.calibrate import at_gpus
 from gpuprof.predict.calibrations import NIC_OVER, nic_reach, run_system
+from gpuprof.predict.fits import correct_only
 from gpuprof.predict.nccl_tuning import NCCL_ALGO_NAMES
 from gpuprof.runs.imported import measured_choices
 from gpuprof.units import format_size
@@ -242,11 +244,34 @@ def nic_findings(summary: pd.DataFrame, system: System | None) -> list[str]:
     return found
 
 
+def wrong_findings(summary: pd.DataFrame) -> list[str]:
+    """Per op and shape, the sizes whose results were wrong (gpuprof's check, nccl-tests'
+    #wrong): no time of theirs is a measurement."""
+    found: list[str] = []
+    if summary.empty:
+        return found
+    wrong = summary[summary["nwrong"].fillna(0).astype("int64") > 0]
+    for (op, nodes, world), rows in wrong.groupby(["op", "num_nodes", "world_size"], sort=True):
+        most = rows.groupby("size_bytes")["nwrong"].max()  # of a size's places, the most
+        sizes, counts = list(most.index), ", ".join(f"{int(n):,}" for n in most)
+        found.append(
+            f"{op} on {_count(nodes)} node(s), {_count(world)} ranks, returned wrong results "
+            f"at {', '.join(_size(s) for s in sizes)} ({counts} elements wrong): those times "
+            "are no measurement and predictions leave them out; check GPU memory errors "
+            "(nvidia-smi -q -d ECC), the NICs' error counters and the NCCL version before "
+            "trusting this fabric, then measure again."
+        )
+    return found
+
+
 def findings(analyzed: Analyzed) -> list[str]:
-    """The collectives rules over a run."""
+    """The collectives rules over a run: wrong results first (a slow size among them is no
+    measurement either, so the slow sizes are read from the right ones)."""
     if not analyzed.has("collectives"):
         return []
     summary = analyzed.summary("collectives")
     system = run_system(analyzed.info)
-    found = collective_findings(summary, analyzed.info) + nic_findings(summary, system)
-    return found + step_findings(slow_steps(summary), analyzed.info, system)
+    found = wrong_findings(summary) + collective_findings(summary, analyzed.info)
+    found += nic_findings(summary, system)
+    right, _ = correct_only(summary)
+    return found + step_findings(slow_steps(right), analyzed.info, system)

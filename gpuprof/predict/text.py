@@ -16,6 +16,13 @@ def _num(value: float, digits: int = 3) -> str:
     return "-" if value is None or not math.isfinite(float(value)) else f"{float(value):.{digits}g}"
 
 
+def _time(value: float) -> str:
+    """A time in us: 4 significant digits, whole microseconds with separators from 10,000."""
+    if value is None or not math.isfinite(float(value)) or abs(float(value)) < 1e4:
+        return _num(value, 4)
+    return f"{float(value):,.0f}"
+
+
 def fit_rows(fits: pd.DataFrame) -> list[list[str]]:
     """The alpha-beta table: header, then a row per fit."""
     rows = [
@@ -49,7 +56,7 @@ def _short(algorithm: str) -> str:
 
 def format_prediction(found: Prediction) -> str:
     """Every table of a prediction, titled, with the assumptions and notes last."""
-    parts = ["Fits (time = alpha + size / beta; busbw = the per-link bandwidth)"]
+    parts = ["Fits (time = alpha + size / beta; busbw = bus factor x beta, where large sizes tend)"]
     parts.append(fixed_width(fit_rows(found.fits), left=3))
     if not found.collectives.empty:
         rows = [["op", "nodes", "ranks", "size", "time_us", "busbw_GB/s", "band", "algorithm",
@@ -61,7 +68,7 @@ def format_prediction(found: Prediction) -> str:
                     str(r["nodes"]),
                     str(r["world_size"]),
                     format_size(r["size_bytes"]),
-                    _num(r["time_us"], 4),
+                    _time(r["time_us"]),
                     _num(r["busbw_gbps"]),
                     f"{_num(r['busbw_low'])}-{_num(r['busbw_high'])}",
                     _short(str(r["algorithm"])),

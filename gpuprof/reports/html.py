@@ -85,9 +85,8 @@ def _meta(info: dict[str, Any]) -> list[tuple[str, str]]:
     )
     for imported in info.get("imported") or []:  # gpuprof import: which file, which tests
         tests = ", ".join(
-            f"{t.get('program') or t.get('op')} ({t.get('rows')} rows from line {t.get('line')}"
-            + (f"; {t['stopped']}" if t.get("stopped") else "")
-            + ")"
+            f"{t.get('program') or t.get('op')} ({t.get('rows')} rows, header at line "
+            f"{t.get('line')}" + (f"; {t['stopped']}" if t.get("stopped") else "") + ")"
             for t in imported.get("tests", [])
         )
         rows.append((f"{info.get('source')} log", f"{imported.get('file')}: {tests}"))
