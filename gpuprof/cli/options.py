@@ -173,6 +173,8 @@ HEADLINE_FINDINGS = 3  # findings printed in the terminal after a report is writ
 def headline(verdict: str, findings: Iterable[str]) -> list[str]:
     """The report's verdict and its first findings, and how many more there are."""
     found = list(findings)
+    if found:  # the findings follow whole: the verdict's summary of the first is not repeated
+        verdict = verdict.split(" First finding: ")[0]
     lines = [verdict, *(f"- {line}" for line in found[:HEADLINE_FINDINGS])]
     if len(found) > HEADLINE_FINDINGS:
         lines.append(f"({len(found) - HEADLINE_FINDINGS} more finding(s) in the report)")
