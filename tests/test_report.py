@@ -21,6 +21,7 @@ def test_report_is_self_contained(two_rank_run: Path) -> None:
     assert "every result was correct" in html
     assert "How these numbers were measured" in html and "2(n-1)/n" in html
     assert "median over iterations of the slowest rank" in html  # gpuprof measured these
+    assert "band: p10-p90 of the iterations" in html  # each iteration timed: a spread drawn
 
 
 def test_report_escapes_strings(two_rank_run: Path, tmp_path: Path, gp: Gp) -> None:

@@ -32,13 +32,17 @@ def busbw_figure(summary: pd.DataFrame, op: str, dtype: str) -> go.Figure:
     """Bus bandwidth against size for one op and dtype: one line per scope, world size, group."""
     rows = summary[(summary["op"] == op) & (summary["dtype"] == dtype)]
     both_modes = rows["in_place"].nunique() > 1
+    # a spread to draw: iterations timed one by one (an imported log has its printed mean only)
+    spread = "busbw_p10_gbps" in rows and bool(
+        (rows["busbw_p90_gbps"] > rows["busbw_p10_gbps"]).any()
+    )
     keys = ["scope", "world_size", "group", "in_place"]
     fig = go.Figure()
     for i, (_, series) in enumerate(rows.groupby(keys, sort=True)):
         series = series.sort_values("size_bytes")
         first = series.iloc[0]
         color = PALETTE[i % len(PALETTE)]
-        if "busbw_p10_gbps" in series:  # the spread of the iterations: p10 to p90
+        if spread:  # the spread of the iterations: p10 to p90
             sizes = list(series["size_bytes"])
             fig.add_trace(
                 go.Scatter(
@@ -71,7 +75,8 @@ def busbw_figure(summary: pd.DataFrame, op: str, dtype: str) -> go.Figure:
         )
     sizes = sorted(rows["size_bytes"].unique())
     fig.update_layout(
-        title=f"{op} ({dtype}): bus bandwidth (band: p10-p90 of the iterations)",
+        title=f"{op} ({dtype}): bus bandwidth"
+        + (" (band: p10-p90 of the iterations)" if spread else ""),
         xaxis={
             "type": "log",
             "title": "size",

@@ -241,7 +241,8 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
         source = "NCCL's model calibrated by what this run measured (" + calibrating[0] + ")"
     text = (
         f"Predicted over {over} from {source}; the red diamonds are measured, open green "
-        "ones published by other clusters of the same system. "
+        "ones published on the same system (hover for the source: an imported log may be one "
+        "of them). "
         + (_crossings(ddp) + " " if not ddp.empty else "")
         + " ".join(curves[0].assumptions[:1])
     )
