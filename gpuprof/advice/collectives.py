@@ -99,12 +99,13 @@ def _size(size: float) -> str:
 # published evidence of where a slow size on Slingshot comes from (CSCS Alps, NCCL 2.23 with
 # aws-ofi-nccl; boeschf/nccl-benchmark-on-alps-2025, results/: 10 configurations per count)
 SLINGSHOT_STEPS = (
-    " On Slingshot such sizes have moved with libfabric's CXI queues and NCCL's NIC assignment"
-    " (CSCS Alps, boeschf/nccl-benchmark-on-alps-2025: all_reduce of 1 MiB on 2 nodes 864-921"
-    " us by default, 351-353 us with FI_CXI_DEFAULT_CQ_SIZE=131072,"
-    " FI_CXI_DEFAULT_TX_SIZE=32768, FI_CXI_SAFE_DEVMEM_COPY_THRESHOLD=16777216 and"
-    " NCCL_WORK_FIFO_DEPTH=4194304 together, 137-171 us with NCCL_CROSS_NIC=1): measure it"
-    " again with each."
+    " On Slingshot such sizes have moved with libfabric's CXI queues and NCCL's NIC assignment,"
+    " not alike at every size and node count (CSCS Alps, boeschf/nccl-benchmark-on-alps-2025,"
+    " all_reduce: 1 MiB on 2 nodes 864-921 us by default, 346-353 us with"
+    " FI_CXI_DEFAULT_CQ_SIZE=131072, FI_CXI_DEFAULT_TX_SIZE=32768,"
+    " FI_CXI_SAFE_DEVMEM_COPY_THRESHOLD=16777216 and NCCL_WORK_FIFO_DEPTH=4194304 together,"
+    " 137-171 us with NCCL_CROSS_NIC=1; 16 MiB on 8 nodes 2,249 us by default, 2,076-2,134 with"
+    " those queues, 959-1,361 with NCCL_CROSS_NIC=1): measure it again with each."
 )
 
 
