@@ -3,6 +3,8 @@ there. Every number it states is a prediction and says so; it never mixes with m
 
 from __future__ import annotations
 
+import pandas as pd
+
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.predict.curves import report_curves
@@ -15,11 +17,8 @@ EFFICIENCY_LIMIT = 0.8
 def findings(analyzed: Analyzed) -> list[str]:
     """One finding where the prediction crosses EFFICIENCY_LIMIT, naming the best what-if."""
     curves = analyzed.cached("scaling", lambda: report_curves(analyzed))
-    found = [
-        (curve, curve.ddp[curve.ddp["efficiency"] < EFFICIENCY_LIMIT])
-        for curve in curves
-        if not curve.ddp.empty
-    ]
+    measured = _measured_shapes(analyzed)  # there the report shows the measurement
+    found = [(curve, below_limit(curve.ddp, measured)) for curve in curves if not curve.ddp.empty]
     below = [(curve, rows.iloc[0]) for curve, rows in found if not rows.empty]
     if not below:
         return []
@@ -45,3 +44,18 @@ def findings(analyzed: Analyzed) -> list[str]:
                 "the others."
             )
     return [text]
+
+
+def below_limit(ddp: pd.DataFrame, measured: set[tuple[int, int]]) -> pd.DataFrame:
+    """The predicted rows under EFFICIENCY_LIMIT at shapes (nodes, ranks) not measured."""
+    shapes = zip(ddp["nodes"], ddp["world_size"], strict=True)
+    new = pd.Series([(int(n), int(w)) not in measured for n, w in shapes], index=ddp.index)
+    return ddp[(ddp["efficiency"] < EFFICIENCY_LIMIT) & new]
+
+
+def _measured_shapes(analyzed: Analyzed) -> set[tuple[int, int]]:
+    """(nodes, ranks) the DDP probe ran at."""
+    if not analyzed.has("ddp"):
+        return set()
+    ddp = analyzed.summary("ddp")
+    return {(int(n), int(w)) for n, w in zip(ddp["num_nodes"], ddp["world_size"], strict=True)}

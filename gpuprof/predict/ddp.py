@@ -135,9 +135,10 @@ def predict_ddp(
     what-if's compute scale), exposed = max(k x comm(N) - H, 0): k calibrates the collectives
     model to the buckets' all_reduces DDP measured alone at the run's largest world (bucket
     copies, parameter-bounded buckets), H = the all_reduce time the backward hid there (k x
-    comm - what the all_reduce added to the step), scaled with the compute, so the run's own
-    shape comes back as measured. On another kind of device (`other_stack`) k = 1, the window
-    is the scaled backward and the last bucket (reduced after the backward) is never hidden.
+    comm - what the all_reduce added to the step; negative where it added more than its own
+    time), scaled with the compute, so the run's own shape comes back as measured. On another
+    kind of device (`other_stack`) k = 1, the window is the scaled backward and the last
+    bucket (reduced after the backward) is never hidden.
     With accumulation K: K micro-batches of compute, one exposed all_reduce, one optimizer
     step. Every step waits for the slowest rank: the compute scales with the expected maximum
     of N ranks' steps against the run's own world, from the spread of one rank's step the run
@@ -150,7 +151,9 @@ def predict_ddp(
     else:  # k is calibrated on the network as measured, never on a what-if's
         measured_comm, _, _ = _comm(basis, net, basis.nodes, basis.gpus, backend, WhatIf())
         kappa = basis.comm_only_us / measured_comm if measured_comm > 0 else 1.0
-        hidden = max(0.0, kappa * measured_comm - basis.cost_us) * scale
+        # negative where the all_reduce added more than its own time (DDP's hooks and bucket
+        # copies, ranks waiting for each other): that much stays added at every shape
+        hidden = (kappa * measured_comm - basis.cost_us) * scale
     net = net.changed(change)
     optimizer = basis.optimizer_us * (change.optimizer_scale or scale)
     # the step without its all_reduce at the run's world; on another kind of device the
