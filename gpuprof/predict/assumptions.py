@@ -30,7 +30,7 @@ def source_note(system: System, same: bool, calibrated: bool = False, named: boo
         )
     return (
         f"the run measured another device: collectives from the preset {system.name} under "
-        "NCCL's model; DDP and pipeline compute scaled to its GPU's datasheet ceilings"
+        "NCCL's model"
     )
 
 
@@ -87,13 +87,16 @@ def assumptions(
             "the batch per rank kept; compute = the step without its all_reduce; exposed = "
             "the buckets' all_reduces (calibrated to what DDP measured alone) less what the "
             "backward hid at the run's largest world; on other hardware, what the backward "
-            "cannot hide, the last bucket at least. At the run's own shape: as measured."
+            "cannot hide, the last bucket at least."
+            + (" At the run's own shape: as measured." if system is None or same else "")
         )
     trains = basis is not None or pipeline
     if request.model_params and trains:
         lines.append(
-            "Another model: compute scaled by its parameter count (FLOPs per token are about "
-            "6 x parameters, at the same tokens per rank); gradients of its size."
+            "Another model: gradients of its size; its step as --compute-ms gives it"
+            if request.compute_ms
+            else "Another model: compute scaled by its parameter count (FLOPs per token are "
+            "about 6 x parameters, at the same tokens per rank); gradients of its size."
         )
     if request.compute_ms and trains:
         lines.append("--compute-ms: the one-rank step on the target, as given.")

@@ -161,19 +161,21 @@ def predict(
     collectives = _collectives(analyzed, request, nets, backend, gpus, notes)
     preset = SystemNetwork(system) if system is not None else None
     moe = moe_prediction(analyzed, nets, preset, request, gpus, backend, notes)
-    ddp, whatifs, crossings = _ddp(
-        analyzed, request, basis, nets.get(("all_reduce", "float32")), backend, gpus, system, notes
-    )
-    scale = None
+    scale, trains = None, True
     if system is not None and not same:
         scale = hardware_change(request, analyzed, system).compute_scale
         if scale is None and request.compute_ms is None and (basis or analyzed.has(PIPELINE)):
             notes.append(
-                "DDP and pipeline compute kept as the run measured it: it has no float32 "
-                "matmul rate to scale by (run the compute probe, or give --compute-ms)"
+                f"DDP and pipeline not predicted on {system.name}: the run measured another "
+                "device and has no float32 matmul rate to scale its compute by (run the "
+                "compute probe, or give --compute-ms)"
             )
+            basis, trains = None, False
+    ddp, whatifs, crossings = _ddp(
+        analyzed, request, basis, nets.get(("all_reduce", "float32")), backend, gpus, system, notes
+    )
     other = None if system is None or same else (scale or 1.0)
-    pipeline = _pipeline(analyzed, request, gpus, other, notes)
+    pipeline = _pipeline(analyzed, request, gpus, other, notes) if trains else pd.DataFrame()
     return Prediction(
         backend=backend,
         gpus=gpus,
@@ -291,7 +293,7 @@ def _ddp(
     if basis is None or net is None:
         if basis is not None:
             notes.append("DDP not predicted: the run has no float32 all_reduce fit")
-        elif asks_ddp(request) or (request.nic_gbps and system is not None):
+        elif not analyzed.has(DDP) and (asks_ddp(request) or (request.nic_gbps and system)):
             notes.append(
                 "DDP not predicted: the run measured no DDP step (gpuprof sweep's ddp probe), "
                 "which --model-params, --compute-ms, --accum, --grad-dtype, --bucket-mb and "
