@@ -13,14 +13,13 @@ from gpuprof.units import format_size
 
 
 def _num(value: float, digits: int = 3) -> str:
-    return "-" if value is None or not math.isfinite(float(value)) else f"{float(value):.{digits}g}"
-
-
-def _time(value: float) -> str:
-    """A time in us: 4 significant digits, whole microseconds with separators from 10,000."""
-    if value is None or not math.isfinite(float(value)) or abs(float(value)) < 1e4:
-        return _num(value, 4)
-    return f"{float(value):,.0f}"
+    """`digits` significant digits; a whole number with separators where it has more (no
+    1.02e+03)."""
+    if value is None or not math.isfinite(float(value)):
+        return "-"
+    if abs(float(value)) >= 10**digits:
+        return f"{float(value):,.0f}"
+    return f"{float(value):.{digits}g}"
 
 
 def fit_rows(fits: pd.DataFrame) -> list[list[str]]:
@@ -68,7 +67,7 @@ def format_prediction(found: Prediction) -> str:
                     str(r["nodes"]),
                     str(r["world_size"]),
                     format_size(r["size_bytes"]),
-                    _time(r["time_us"]),
+                    _num(r["time_us"], 4),
                     _num(r["busbw_gbps"]),
                     f"{_num(r['busbw_low'])}-{_num(r['busbw_high'])}",
                     _short(str(r["algorithm"])),
@@ -92,10 +91,13 @@ def format_prediction(found: Prediction) -> str:
             )
         parts += ["\nDDP step, predicted (weak scaling)", fixed_width(rows)]
         marks = [
-            f"below {int(100 * mark)}% from {nodes} nodes" if nodes else f"above {int(100 * mark)}%"
+            f"below {int(100 * mark)}% from {nodes} node(s)"
+            if nodes
+            else f"above {int(100 * mark)}%"
             for mark, nodes in found.crossings.items()
         ]
-        parts.append("Efficiency: " + "; ".join(marks) + " (of the node counts asked)")
+        predicted = ", ".join(str(n) for n in sorted(set(found.ddp["nodes"])))
+        parts.append(f"Efficiency: {'; '.join(marks)} (at the node counts predicted: {predicted})")
     if not found.whatifs.empty:
         at = int(found.whatifs["nodes"].iloc[0])
         rows = [["scenario", "step_ms", "efficiency", "samples/s", "gain"]]
