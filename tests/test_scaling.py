@@ -408,3 +408,6 @@ def test_predicted_numbers_print_without_exponents() -> None:
         "1,020", "17,510", "54.38", "0.0123"
     )  # fmt: skip
     assert _num(float("nan")) == "-"
+    from gpuprof.predict.text import _gain
+
+    assert (_gain(-0.03, 1), _gain(-5.2, 0), _gain(12.04, 1)) == ("0.0%", "-5%", "+12.0%")

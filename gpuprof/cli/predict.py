@@ -82,7 +82,11 @@ def _positive(name: str, value: float | None) -> float | None:
 @click.option("--intra-gbps", type=float, help="what-if: each link inside a node in Gbit/s")
 @click.option("--grad-dtype", type=click.Choice(["bf16", "fp16"]), help="what-if: 16-bit gradients")
 @click.option("--bucket-mb", type=float, help="what-if: DDP bucket size")
-@click.option("--accum", type=click.IntRange(1, 1024), help="what-if: gradient accumulation steps")
+@click.option(
+    "--accum",
+    type=click.IntRange(1, 1024),
+    help="the job's gradient accumulation steps (the baseline's, not a what-if)",
+)
 @click.option("--micro-batches", "micro_text", help="pipeline micro-batch counts, e.g. 8,16")
 @click.option(
     "--experts",

@@ -22,6 +22,14 @@ def _num(value: float, digits: int = 3) -> str:
     return f"{float(value):.{digits}g}"
 
 
+def _gain(pct: float, decimals: int) -> str:
+    """A gain in percent, signed; no -0.0% for a change under the last digit."""
+    if not math.isfinite(pct):
+        return "-"
+    shown = round(pct, decimals)
+    return f"{shown:+.{decimals}f}%" if shown else f"{0:.{decimals}f}%"
+
+
 def fit_rows(fits: pd.DataFrame) -> list[list[str]]:
     """The alpha-beta table: header, then a row per fit."""
     rows = [
@@ -108,7 +116,7 @@ def format_prediction(found: Prediction) -> str:
                     _num(r["step_ms"], 4),
                     f"{100 * r['efficiency']:.0f}%",
                     _num(r["samples_per_s"], 4),
-                    "-" if not math.isfinite(r["gain_pct"]) else f"{r['gain_pct']:+.1f}%",
+                    _gain(r["gain_pct"], 1),
                 ]
             )
         parts += [f"\nWhat-ifs at {at} nodes, predicted", fixed_width(rows, 1)]
@@ -124,7 +132,7 @@ def format_prediction(found: Prediction) -> str:
                     str(r["v"]),
                     _num(r["step_ms"], 4),
                     f"{r['bubble_pct']:.1f}",
-                    f"{r['gain_pct']:+.0f}%",
+                    _gain(r["gain_pct"], 0),
                     _num(r["measured_ms"], 4),
                 ]
             )

@@ -239,10 +239,15 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     calibrating = [n for c in curves for n in c.notes if " calibrated by " in n]
     if calibrating:
         source = "NCCL's model calibrated by what this run measured (" + calibrating[0] + ")"
+    published = any("published (same system)" in f for f in figures)
     text = (
-        f"Predicted over {over} from {source}; the red diamonds are measured, open green "
-        "ones published on the same system (hover for the source: an imported log may be one "
-        "of them). "
+        f"Predicted over {over} from {source}; the red diamonds are measured"
+        + (
+            ", open green ones published on the same system (hover for the source: an "
+            "imported log may be one of them). "
+            if published
+            else ". "
+        )
         + (_crossings(ddp) + " " if not ddp.empty else "")
         + " ".join(curves[0].assumptions[:1])
     )
