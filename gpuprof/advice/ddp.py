@@ -82,7 +82,8 @@ def ddp_findings(summary: pd.DataFrame) -> list[str]:
             + (_best_variant(summary) if i == 0 else "")
         )
     glob = base[base["scope"] == "global"]
-    if not glob.empty:
+    said = set(exposed["scope"])  # a scope whose communication was called costly above
+    if not glob.empty and "global" not in said:  # (the two would contradict each other)
         row = glob.iloc[0]
         if row["headroom_pct"] < HEADROOM_LIMIT_PCT and row["world_size"] > 1:
             findings.append(
