@@ -32,7 +32,7 @@ def findings(analyzed: Analyzed) -> list[str]:
     text = (
         f"Predicted (not measured): DDP weak-scaling efficiency falls to "
         f"{row['efficiency']:.0%} at {where} (step {row['step_ms']:.4g} ms, of which "
-        f"{row['exposed_ms']:.3g} ms exposed all_reduce)."
+        f"{row['comm_added_ms']:.3g} ms added by its all_reduces)."
     )
     knobs = at.whatifs.iloc[1:] if len(at.whatifs) > 1 else at.whatifs.iloc[0:0]
     if not knobs.empty:

@@ -84,10 +84,11 @@ def assumptions(
     if basis is not None:
         lines.append(
             f"DDP ({basis.variant}, {basis.num_params:,} parameters measured): weak scaling, "
-            "the batch per rank kept; compute = the step without its all_reduce; exposed = "
-            "the buckets' all_reduces (calibrated to what DDP measured alone) less what the "
-            "backward hid at the run's largest world; on other hardware, what the backward "
-            "cannot hide, the last bucket at least."
+            "the batch per rank kept; compute = the step without its all_reduce (a no-op "
+            "comm hook's step); comm_added = what the all_reduces add to it: the buckets' "
+            "all_reduces (calibrated to what DDP measured alone) less what the backward hid at "
+            "the run's largest world (not DDP logging's exposed time, which the report shows); "
+            "on other hardware, what the backward cannot hide, the last bucket at least."
             + (" At the run's own shape: as measured." if system is None or same else "")
         )
     trains = basis is not None or pipeline

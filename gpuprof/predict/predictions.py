@@ -267,7 +267,7 @@ def _ddp_rows(
                 "nodes": n,
                 "world_size": n * gpus,
                 "step_ms": step.step_us / 1e3,
-                "exposed_ms": step.exposed_us / 1e3,
+                "comm_added_ms": step.exposed_us / 1e3,
                 "comm_ms": step.comm_us / 1e3,
                 "efficiency": step.efficiency,
                 "samples_per_s": step.samples_per_s,

@@ -84,14 +84,16 @@ def format_prediction(found: Prediction) -> str:
             )
         parts += [f"\nCollectives, predicted ({found.gpus} ranks per node)", fixed_width(rows, 1)]
     if not found.ddp.empty:
-        rows = [["nodes", "ranks", "step_ms", "exposed_ms", "efficiency", "samples/s", "band_ms"]]
+        rows = [
+            ["nodes", "ranks", "step_ms", "comm_added_ms", "efficiency", "samples/s", "band_ms"]
+        ]
         for r in found.ddp.to_dict("records"):
             rows.append(
                 [
                     str(r["nodes"]),
                     str(r["world_size"]),
                     _num(r["step_ms"], 4),
-                    _num(r["exposed_ms"], 3),
+                    _num(r["comm_added_ms"], 3),
                     f"{100 * r['efficiency']:.0f}%",
                     _num(r["samples_per_s"], 4),
                     f"{_num(r['step_low_ms'])}-{_num(r['step_high_ms'])}",
