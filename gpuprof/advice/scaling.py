@@ -8,7 +8,7 @@ import pandas as pd
 from gpuprof.analysis.summary import Analyzed
 from gpuprof.errors import UsageError
 from gpuprof.predict.curves import report_curves
-from gpuprof.predict.predictions import predict
+from gpuprof.predict.predictions import DDP, predict
 from gpuprof.predict.whatifs import PredictRequest
 
 EFFICIENCY_LIMIT = 0.8
@@ -55,7 +55,7 @@ def below_limit(ddp: pd.DataFrame, measured: set[tuple[int, int]]) -> pd.DataFra
 
 def _measured_shapes(analyzed: Analyzed) -> set[tuple[int, int]]:
     """(nodes, ranks) the DDP probe ran at."""
-    if not analyzed.has("ddp"):
+    if not analyzed.has(DDP):
         return set()
-    ddp = analyzed.summary("ddp")
+    ddp = analyzed.summary(DDP)
     return {(int(n), int(w)) for n, w in zip(ddp["num_nodes"], ddp["world_size"], strict=True)}
