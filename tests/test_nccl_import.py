@@ -307,6 +307,7 @@ def test_logs_of_two_shapes_make_two_runs_and_every_command_reads_them(
     assert "calibrated by what this run measured" in page
     assert "gpuprof measured nothing here" in page and "None logical cores" not in page
     assert "p10-p90 of the iterations" not in page  # one printed mean a size: no spread drawn
+    assert "(when it was measured, the log does not say)" in page
     assert "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt: all_reduce (32 rows" in page
     predicted = gp("predict", two, "--nodes", "2,4,16", "--sizes", "8,32M,1G", "--format", "json")
     assert predicted.code == 0, predicted.err

@@ -166,7 +166,11 @@ def _render(run: Run, analyzed: Analyzed) -> tuple[str, str, list[str]]:
     verdict = health(verdict, bad, found)
     html = TEMPLATES.get_template("report.html.j2").render(
         run_id=info.get("run_id", run.path.name),
-        created=info.get("created_utc", ""),
+        created=(
+            f"imported {info.get('created_utc', '')} (when it was measured, the log does not say)"
+            if "measured_utc" in info and info["measured_utc"] is None
+            else info.get("created_utc", "")
+        ),
         world_size=info.get("world_size"),
         num_nodes=info.get("num_nodes"),
         device=info.get("device"),
