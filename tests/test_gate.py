@@ -473,7 +473,11 @@ def test_host_copies_are_judged_against_their_canary(
     assert code == 1, slower["notes"]
     named = sorted(c["case"] for c in slower["cases"] if c["verdict"] == "regression")
     assert named == ["memory rank=0 alone host_copy 8 MiB", "memory rank=1 alone host_copy 8 MiB"]
-    assert slower["machine"]["canaries"][0]["verdict"] == "same"
+    # the canaries were not slowed: no shift like the copies' 3x (+200%). On a busy host they
+    # may still move past the 50% minimum effect (a rehearsal on a slow afternoon: +73%,
+    # verdict "slower"), which the check reports as the machine's, and names the copies anyway
+    canary = slower["machine"]["canaries"][0]
+    assert canary["verdict"] == "same" or canary["factor_pct"] < 100, canary
 
 
 @pytest.mark.slow
