@@ -104,3 +104,16 @@ def format_size(num_bytes: float) -> str:
             return f"{text} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def bus_factor(op: str, num_ranks: int) -> float:
+    """nccl-tests bus bandwidth factor for `op` on `num_ranks` ranks: busbw = algbw x factor
+    is what each rank sends per byte of the size column (a ring's per-link traffic)."""
+    n = num_ranks
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    raise ValueError(f"no bus factor for op {op!r}")

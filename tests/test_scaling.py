@@ -80,7 +80,7 @@ def test_preempted_sizes_are_outliers_not_a_refusal() -> None:
 
 
 def _summary(op: str, scope: str, n: int, nodes: int, alpha: float, link: float) -> pd.DataFrame:
-    from gpuprof.specs.collectives import bus_factor
+    from gpuprof.units import bus_factor
 
     beta = link / bus_factor(op, n)
     rows = [

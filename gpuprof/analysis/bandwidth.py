@@ -18,7 +18,7 @@ from gpuprof.analysis import RunTables, gpu_model, grouped, require_columns, slo
 from gpuprof.errors import UsageError
 from gpuprof.machine.hardware import gpu_peaks
 from gpuprof.runs.tables import record_starts
-from gpuprof.specs.collectives import bus_factor
+from gpuprof.units import bus_factor
 
 SUMMARY_KEYS = [
     "case_id",

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 from gpuprof.machine.systems import System
 from gpuprof.predict import nccl
-from gpuprof.specs.collectives import bus_factor
+from gpuprof.units import bus_factor
 
 LATENCY_BOUND = 0.1  # T0 <= this x L0: the size measures the latency
 MIN_FACTOR = 0.1  # the bandwidth factor's floor

@@ -19,8 +19,7 @@ from gpuprof.predict.nccl_tuning import forced_algorithm
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.runs.imported import measured_choices
 from gpuprof.specs.collectives import SPEC as _COLLECTIVES
-from gpuprof.specs.collectives import bus_factor
-from gpuprof.units import format_size
+from gpuprof.units import bus_factor, format_size
 
 COLLECTIVES = _COLLECTIVES.name
 # ops whose traffic between nodes a ring carries through every node's NICs: their busbw across

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from gpuprof.errors import UsageError
 from gpuprof.predict.fits import Fit, ring_hops
-from gpuprof.specs.collectives import bus_factor
+from gpuprof.units import bus_factor
 
 
 @dataclass(frozen=True, kw_only=True)

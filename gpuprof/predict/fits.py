@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.errors import UsageError
-from gpuprof.specs.collectives import bus_factor
-from gpuprof.units import format_size
+from gpuprof.units import bus_factor, format_size
 
 # the ops whose algorithm the predictions model (a ring on both backends; broadcast and
 # reduce are flat, chained or tree-shaped depending on the backend and size: not predicted)

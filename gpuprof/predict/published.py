@@ -19,7 +19,7 @@ from gpuprof.predict.calibrate import calibrate, choose, partner
 from gpuprof.predict.calibrate import predict as predict_calibrated
 from gpuprof.predict.nccl import collective
 from gpuprof.predict.nccl_tuning import ALGOS
-from gpuprof.specs.collectives import bus_factor
+from gpuprof.units import bus_factor
 
 DATA = Path(__file__).resolve().parent / "data" / "published.tsv"
 BOUND = 0.15  # the error bound the validation counts rows within

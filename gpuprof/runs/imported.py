@@ -32,6 +32,7 @@ from gpuprof.runs.store import (
     write_json_atomic,
 )
 from gpuprof.runs.tables import consolidate
+from gpuprof.units import bus_factor
 
 
 def shape_of(block: Block, path: Path, nodes: int | None, gpus: int | None) -> tuple[int, int]:
@@ -209,22 +210,23 @@ def import_logs(
 
 
 def _check_ranks(path: Path, block: Block, nodes: int, gpus: int) -> None:
-    """A UsageError where the test's printed busbw / algbw (nccl-tests' bus factor: 2(n-1)/n
-    for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall) says another number
-    of ranks than nodes x gpus: every bandwidth would be recomputed for the wrong count.
-    Read at its largest algbw, where the printed digits are most exact."""
-    twice = block.op == "all_reduce"
+    """A UsageError where the test's printed busbw / algbw (nccl-tests' bus factor) says
+    another number of ranks than nodes x gpus: every bandwidth would be recomputed for the
+    wrong count. Read at its largest algbw, where the printed digits are most exact; ops
+    whose factor does not depend on the ranks say nothing."""
     printed = [r for r in block.rows if r.printed_bw and r.printed_bw[0] >= 1.0]
-    if block.op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") or not printed:
+    if not block.op or bus_factor(block.op, 2) == bus_factor(block.op, 4) or not printed:
         return
     row = max(printed, key=lambda r: r.printed_bw or (0.0, 0.0))
     alg, bus = row.printed_bw or (1.0, 1.0)
     ratio, n = bus / alg, nodes * gpus
-    factor = (2 if twice else 1) * (n - 1) / n
-    if abs(ratio - factor) <= ratio * (0.005 / alg + 0.005 / max(bus, 0.005)) + 1e-9:
+    if (
+        abs(ratio - bus_factor(block.op, n))
+        <= ratio * (0.005 / alg + 0.005 / max(bus, 0.005)) + 1e-9
+    ):
         return
-    room = (2 if twice else 1) - ratio  # the factor's distance from its limit, 1 / n of it
-    implied = f"{round((2 if twice else 1) / room)} ranks" if room > 0 else "another count"
+    limit = 2 * bus_factor(block.op, 2)  # the factor as the ranks grow: 2 or 1, less limit / n
+    implied = f"{round(limit / (limit - ratio))} ranks" if ratio < limit else "another count"
     raise UsageError(
         f"{path}:{row.line}: busbw / algbw {bus:g} / {alg:g} is nccl-tests' bus factor of "
         f"{implied}, not of {nodes} x {gpus}",

@@ -13,7 +13,7 @@ from gpuprof.errors import UsageError
 from gpuprof.machine.groups import SCOPES, scope_groups
 from gpuprof.params import ProbeParams, check_choices, csv
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
-from gpuprof.units import format_size, parse_size, parse_size_list, size_range
+from gpuprof.units import bus_factor, format_size, parse_size, parse_size_list, size_range
 
 OPS = (
     "all_reduce",
@@ -94,19 +94,6 @@ class CollectivesParams(ProbeParams):
                 f"has {format_size(have)}",
                 "use a smaller --max-bytes",
             )
-
-
-def bus_factor(op: str, num_ranks: int) -> float:
-    """nccl-tests bus bandwidth factor for `op` on `num_ranks` ranks: busbw = algbw x factor
-    is what each rank sends per byte of the size column (a ring's per-link traffic)."""
-    n = num_ranks
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise ValueError(f"no bus factor for op {op!r}")
 
 
 def count_cases(params: ProbeParams, num_nodes: int, gpus_per_node: int) -> int:

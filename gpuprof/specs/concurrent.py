@@ -18,9 +18,8 @@ from typing import Any
 from gpuprof.errors import UsageError
 from gpuprof.params import ProbeParams, csv, finite
 from gpuprof.registry import Export, Metric, Option, ProbeSpec
-from gpuprof.specs.collectives import bus_factor
 from gpuprof.specs.moe import DTYPES
-from gpuprof.units import parse_size_list
+from gpuprof.units import bus_factor, parse_size_list
 
 OPS = ("all_reduce", "all_gather", "all_to_all", "dispatch")
 EXPERTS_PER_RANK, TOP_K = 2, 2  # the dispatch's routing: top-2 over 2 experts a rank

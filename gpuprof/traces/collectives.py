@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuprof.specs.collectives import bus_factor
 from gpuprof.traces.reader import Collective, RankTrace
+from gpuprof.units import bus_factor
 
 MIN_LATE_US = 50.0  # a rank later than this is late (below: scheduling noise)
 STRAGGLER_SHARE_FEW = 0.9  # last in this share of collectives, with 2 or 3 ranks

@@ -21,8 +21,7 @@ from gpuprof.predict.text import fit_rows
 from gpuprof.predict.whatifs import same_hardware
 from gpuprof.reports.figures_scaling import predicted_figure, published_figure
 from gpuprof.reports.sections import Block, Figures, Note, Section, Table, embed
-from gpuprof.specs.collectives import bus_factor
-from gpuprof.units import format_size
+from gpuprof.units import bus_factor, format_size
 
 METHOD = (
     "scaling: per op, dtype, scope and world size, time(S) = alpha + S / beta fitted to the "
