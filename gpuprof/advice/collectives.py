@@ -245,13 +245,10 @@ def nic_findings(summary: pd.DataFrame, system: System | None) -> list[str]:
     return found
 
 
-def wrong_findings(summary: pd.DataFrame) -> list[str]:
+def wrong_findings(wrong: pd.DataFrame) -> list[str]:
     """Per op and shape, the sizes whose results were wrong (gpuprof's check, nccl-tests'
-    #wrong): no time of theirs is a measurement."""
+    #wrong; the cases `correct_only` leaves out): no time of theirs is a measurement."""
     found: list[str] = []
-    if summary.empty:
-        return found
-    wrong = summary[summary["nwrong"].fillna(0).astype("int64") > 0]
     for (op, nodes, world), rows in wrong.groupby(["op", "num_nodes", "world_size"], sort=True):
         most = rows.groupby("size_bytes")["nwrong"].max()  # of a size's places, the most
         sizes, counts = list(most.index), ", ".join(f"{int(n):,}" for n in most)
@@ -272,7 +269,7 @@ def findings(analyzed: Analyzed) -> list[str]:
         return []
     summary = analyzed.summary("collectives")
     system = run_system(analyzed.info)
-    found = wrong_findings(summary) + collective_findings(summary, analyzed.info)
-    found += nic_findings(summary, system)
     right, _ = correct_only(summary)
+    found = wrong_findings(summary.drop(right.index)) + collective_findings(summary, analyzed.info)
+    found += nic_findings(summary, system)
     return found + step_findings(slow_steps(right), analyzed.info, system)

@@ -164,15 +164,13 @@ def calibration_notes(
             f"{op} {dtype} calibrated by {shapes}; other shapes with NCCL's structure on "
             f"{system.name}{growth}"
         )
-    measured = [c for cs in calibrations.values() for c in cs]
-    if measured and all(crosses(system, c.nodes, c.gpus) for c in measured):
+    crossed = [crosses(system, c.nodes, c.gpus) for cs in calibrations.values() for c in cs]
+    if crossed and all(crossed):
         lines.append(
             "every measurement crossed nodes: inside one NVLink domain the preset alone (a "
             "network's costs say nothing of NVLink; measure one node to calibrate it)"
         )
-    if calibrations and not any(
-        crosses(system, c.nodes, c.gpus) for cs in calibrations.values() for c in cs
-    ):
+    if crossed and not any(crossed):
         lines.append(
             "the run crossed no network: across nodes the preset alone (measure 2 nodes, or "
             "import their nccl-tests logs, to calibrate the network)"

@@ -100,11 +100,14 @@ NCCL_ALGO_NAMES = {
 }
 
 
+_BY_LOWER_NAME = {name.lower(): model for name, model in NCCL_ALGO_NAMES.items()}
+
+
 def forced_algorithm(env: dict[str, str], nodes: int) -> str | None:
     """The one algorithm NCCL_ALGO forces (None: unset, a list, or an exclusion `^...`);
     NVLS across nodes is the model's NVLS-tree."""
     value = str(env.get("NCCL_ALGO") or "").strip().lower()
-    algorithm = {k.lower(): v for k, v in NCCL_ALGO_NAMES.items()}.get(value)
+    algorithm = _BY_LOWER_NAME.get(value)
     if algorithm == "nvls" and nodes > 1:
         return "nvls_tree"
     return algorithm
