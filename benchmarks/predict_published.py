@@ -38,6 +38,7 @@ from gpuprof.predict.published import (
 from gpuprof.predict.whatifs import PredictRequest
 from gpuprof.runs.imported import import_logs
 from gpuprof.runs.store import open_run
+from gpuprof.units import bus_factor
 
 LOG = Path(__file__).resolve().parents[1] / "tests/data/nccl-tests"
 CALIBRATION_LOG = LOG / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
@@ -102,7 +103,8 @@ def calibrated_speed() -> None:
             if "Rank " in line:
                 continue
             if len(fields) == 13 and fields[0].isdigit():
-                fields[7], fields[11] = (f"{float(fields[i]) * 62 / 32:.2f}" for i in (6, 10))
+                factor = bus_factor("all_reduce", 32)
+                fields[7], fields[11] = (f"{float(fields[i]) * factor:.2f}" for i in (6, 10))
                 line = "  ".join(fields)
             lines.append(line)
         (Path(out) / "all_reduce_4n.log").write_text("\n".join(lines) + "\n")

@@ -12,6 +12,7 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.summary import summarize_run
+from gpuprof.units import bus_factor
 from tests.conftest import Gp
 
 LOGS = Path(__file__).parent / "data" / "nccl-tests"
@@ -108,7 +109,7 @@ def _as_ranks(lines: list[str], ranks: int) -> str:
         fields = line.split()
         if len(fields) == 13 and fields[0].isdigit():
             for alg, bus in ((6, 7), (10, 11)):
-                fields[bus] = f"{float(fields[alg]) * 2 * (ranks - 1) / ranks:.2f}"
+                fields[bus] = f"{float(fields[alg]) * bus_factor('all_reduce', ranks):.2f}"
             line = "  ".join(fields)
         out.append(line)
     return "\n".join(out) + "\n"
