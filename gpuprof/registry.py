@@ -149,8 +149,9 @@ class ProbeSpec:
     advice: str | None = None  # "module:function", (analyzed run) -> findings (text)
     metrics: tuple[Metric, ...] = ()
     exports: tuple[Export, ...] = ()  # its numbers in Prometheus' text format
-    # "module:function", (summary) -> text in nccl-tests' output layout, for probes whose
-    # summary has nccl-tests' columns (`show --format nccl-tests`, `export nccl-tests`)
+    # "module:function", (summary, ranks=run.json's ranks) -> text in nccl-tests' output
+    # layout, for probes whose summary has nccl-tests' columns (`show --format nccl-tests`,
+    # `export nccl-tests`)
     nccl_tests: str | None = None
     # "module:function", (analyzed run) -> rows of the report's overview of where a training
     # step's time goes: label and the % of the step in each OVERVIEW_PARTS part

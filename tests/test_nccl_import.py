@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from gpuprof import open_run
@@ -200,6 +201,34 @@ def test_export_gives_back_the_imported_rows(gp: Gp, tmp_path: Path, name: str) 
             assert n[3] == o[3] or (o[3] == "N/A" and n[3] == "N/A")
         if len(old) == len(new) == 13:  # size count type redop root: the reduction as printed
             assert new[3] == old[3]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "05_oci_a100_2nodes_v2.13_hexbusid.txt",
+        "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt",
+        "08_nccl2441_v2.18.3_newest_2nodes_stepbytes.txt",
+    ],
+)
+def test_the_export_imports_back_as_the_same_job(gp: Gp, tmp_path: Path, name: str) -> None:
+    """The export writes the ranks as nccl-tests does, so importing it needs no --nodes or
+    --gpus: the same hosts, devices and GPUs, the same times."""
+    (first,) = _import(gp, tmp_path / "a", LOGS / name)
+    exported = tmp_path / "all_reduce_perf.log"
+    assert gp("export", "nccl-tests", first, "-o", exported).code == 0
+    assert "# Using devices" in exported.read_text()
+    (again,) = _import(gp, tmp_path / "b", exported)
+    old, new = (json.loads((d / "run.json").read_text()) for d in (first, again))
+    for key in ("num_nodes", "gpus_per_node", "world_size", "nodes"):
+        assert new[key] == old[key]
+    keep = ("rank", "host", "device", "pid", "gpu_name")
+    assert [{k: r[k] for k in keep} for r in new["ranks"]] == [
+        {k: r[k] for k in keep} for r in old["ranks"]
+    ]
+    columns = ["size_bytes", "in_place", "time_us", "nwrong"]
+    before, after = (summarize_run(open_run(d), "collectives")[columns] for d in (first, again))
+    pd.testing.assert_frame_equal(after, before)
 
 
 def test_a_truncated_log_keeps_its_complete_rows_and_names_the_line(gp: Gp, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from gpuprof import open_run
 from gpuprof.analysis.summary import summarize_run
-from gpuprof.reports.nccl_tests import _float
+from gpuprof.reports.nccl_tests import _float, rank_lines
 from tests.conftest import Gp
 
 ROW = re.compile(
@@ -124,3 +124,18 @@ def test_numbers_keep_nccl_tests_widths_with_fewer_decimals() -> None:
     assert _float(1295.41, 6) == "1295.4"
     for value, width in ((188.694, 7), (15643.684, 7), (1295.41, 6), (3.14159, 6)):
         assert abs(float(_float(value, width)) - value) <= printed_within(value, width)
+
+
+def test_rank_lines_are_nccl_tests_own() -> None:
+    """src/common.cu's `#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s`,
+    read back by the import's rank pattern; a rank on no GPU writes no lines (nccl-tests runs
+    on GPUs only)."""
+    gpu = {"rank": 1, "host": "node7", "device": "cuda:3", "pid": 4321}
+    gpu |= {"gpu_name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:1D:00.0"}
+    first = gpu | {"rank": 0, "device": "cuda:0", "pci_bus_id": "0x07"}
+    assert rank_lines([gpu, first]) == [
+        "#  Rank  0 Group  0 Pid   4321 on      node7 device  0 [0x07] NVIDIA H100 80GB HBM3",
+        "#  Rank  1 Group  0 Pid   4321 on      node7 device  3 [0000:1d:00] NVIDIA H100 80GB HBM3",
+    ]
+    cpu = {"rank": 0, "host": "node0", "device": "cpu", "pid": 12}
+    assert rank_lines([gpu, cpu]) == []

@@ -1,8 +1,8 @@
 """The collectives summary in nccl-tests' own output layout (NVIDIA/nccl-tests src/util.cu:
-the header, one line per size, the two footer lines), so scripts that parse `*_perf` output
-read gpuprof's numbers unchanged: one block per op, dtype, scope and world size, like one run
-of `<op>_perf`, with the slowest group's numbers (a collective ends when its slowest group
-does).
+the options line, the ranks, the header, one line per size, the two footer lines), so
+scripts that parse `*_perf` output read gpuprof's numbers unchanged: one block per op,
+dtype, scope and world size, like one run of `<op>_perf`, with the slowest group's numbers (a
+collective ends when its slowest group does).
 
 torch runs all_reduce, broadcast and reduce in place only, and all_to_all and send/recv out of
 place only: the columns of the other place repeat the measured place's time and bandwidth with
@@ -13,6 +13,9 @@ footer's average counts each measured case once.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -60,8 +63,42 @@ def _body(row: pd.Series | None, measured: pd.Series) -> str:
     return f"  {time:>7}  {algbw:>6}  {busbw:>6}  {float(row['nwrong']):6g}"
 
 
-def _header(program: str, op: str, note: str, places: set[bool]) -> list[str]:
-    lines = [f"# Collective test starting: {program}", f"# gpuprof: {note}"]
+NVML_BUS = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.[0-9a-fA-F]$")
+
+
+def rank_lines(ranks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """nccl-tests' `# Using devices` lines (src/common.cu since 2.13: `#  Rank %2d Group %2d
+    Pid %6d on %10s device %2d [%04x:%02x:%02x] %s`) of run.json's ranks, by rank; none
+    where a rank ran on no GPU (nccl-tests runs on GPUs only). NVML's bus id
+    (00000000:1d:00.0) is written as nccl-tests writes it; an imported log's as it read."""
+    lines = []
+    for rank in sorted(ranks, key=lambda r: int(r["rank"])):
+        device, name = str(rank.get("device", "")), rank.get("gpu_name")
+        if not device.startswith("cuda:") or not name:
+            return []
+        bus = str(rank.get("pci_bus_id") or "")
+        nvml = NVML_BUS.match(bus)
+        if nvml:
+            bus = f"{int(nvml[1], 16):04x}:{int(nvml[2], 16):02x}:{int(nvml[3], 16):02x}"
+        lines.append(
+            f"#  Rank {int(rank['rank']):2d} Group  0 Pid {int(rank.get('pid') or 0):6d} on "
+            f"{rank['host']!s:>10} device {int(device[5:]):2d} [{bus}] {name}"
+        )
+    return lines
+
+
+def _header(
+    program: str, op: str, note: str, places: set[bool], sizes: tuple[int, int], ranks: list[str]
+) -> list[str]:
+    """The block's first lines: nccl-tests' options line with what gpuprof knows of them (one
+    process per GPU: nThread 1 nGpus 1; the sizes), the ranks where they are the block's own,
+    gpuprof's notes, the column header."""
+    lines = [
+        f"# Collective test starting: {program}",
+        f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[1]}",
+    ]
+    lines += ["#", "# Using devices", *ranks] if ranks else []
+    lines.append(f"# gpuprof: {note}")
     if op in IN_PLACE_ONLY and places == {True}:
         lines.append("# gpuprof: torch runs it in place only: out-of-place repeats in-place")
     if op in OUT_OF_PLACE_ONLY and places == {False}:
@@ -107,9 +144,14 @@ def _header(program: str, op: str, note: str, places: set[bool]) -> list[str]:
     return lines
 
 
-def nccl_tests_text(summary: pd.DataFrame, label: str = "") -> str:
+def nccl_tests_text(
+    summary: pd.DataFrame, label: str = "", ranks: Sequence[Mapping[str, Any]] = ()
+) -> str:
     """Every op, dtype, scope and world size of a collectives summary as nccl-tests blocks
-    (`label` opens each block's note: what measured it, when not the collectives probe)."""
+    (`label` opens each block's note: what measured it, when not the collectives probe).
+    `ranks` (run.json's) are written as nccl-tests' rank lines in the blocks of every rank,
+    so `gpuprof import nccl-tests` reads the job's shape back from them."""
+    devices = rank_lines(ranks)
     blocks = []
     keys = ["op", "dtype", "scope", "world_size"]
     slowest = summary.sort_values("time_us").groupby([*keys, "size_bytes", "in_place"]).tail(1)
@@ -119,7 +161,10 @@ def nccl_tests_text(summary: pd.DataFrame, label: str = "") -> str:
         groups = summary[(summary["op"] == op) & (summary["scope"] == scope)]["group"].nunique()
         note = f"{label}scope {scope}, {n} ranks"
         note += f", slowest of {groups} groups" if groups > 1 else ""
-        lines = _header(PROGRAMS[op], op, note, {bool(p) for p in rows["in_place"]})
+        sizes = (int(rows["size_bytes"].min()), int(rows["size_bytes"].max()))
+        mine = devices if groups == 1 and n == len(devices) else []
+        done = {bool(p) for p in rows["in_place"]}
+        lines = _header(PROGRAMS[op], op, note, done, sizes, mine)
         busbws, wrong = [], 0
         for size_key, by_place in rows.groupby("size_bytes", sort=True):
             size = int(str(size_key))
@@ -173,7 +218,7 @@ def run_text(run: Run, table: str | None = None) -> str:
     for spec in present:
         summary = summarize_run(run, spec.name)
         if spec.nccl_tests is not None and not summary.empty:
-            text = registry.load(spec.nccl_tests)(summary)
+            text = registry.load(spec.nccl_tests)(summary, ranks=run.info.get("ranks") or ())
             texts.extend([text] if text else [])  # a probe may have no case of that shape
     if not texts:
         raise UsageError(f"run {run.path} has no {names} case", "measure them with gpuprof sweep")

@@ -3,6 +3,7 @@ and layout, with the least-loaded rank's wait, bytes against theory and dropped 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -81,11 +82,12 @@ def section(analyzed: Analyzed, plan: dict[str, Any]) -> list[Section]:
     ]
 
 
-def nccl_tests(summary: Any) -> str:
+def nccl_tests(summary: Any, ranks: Sequence[Mapping[str, Any]] = ()) -> str:
     """The flat dispatches with equal splits (every rank sends every rank as many tokens: the
     imbalance 1, nothing dropped) in nccl-tests' layout, as alltoall_perf rows: size = a
     rank's dispatch buffer, the dispatch's time (the slowest rank's, median), busbw by the
-    same convention; "" when there is none."""
+    same convention, the ranks' lines as `nccl_tests_text` writes them; "" when there is
+    none."""
     equal = summary[
         (summary["layout"] == "flat") & (summary["imbalance"] == 1.0) & (summary["dropped"] == 0)
     ]
@@ -101,4 +103,4 @@ def nccl_tests(summary: Any) -> str:
         time_us=equal["dispatch_us"],
         algbw_gbps=size / equal["dispatch_us"] / 1e3,
     )
-    return nccl_tests_text(rows, label="MoE dispatch, equal splits, ")
+    return nccl_tests_text(rows, label="MoE dispatch, equal splits, ", ranks=ranks)
