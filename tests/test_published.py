@@ -179,6 +179,7 @@ def test_the_report_draws_the_model_against_every_published_bandwidth_row() -> N
         abs(e) <= 0.15 for e in _errors([r for r in ROWS if int(r["size_bytes"]) >= LARGE])
     )
     assert f"{within} of {sum(int(r['size_bytes']) >= LARGE for r in ROWS)} rows of 256 MiB" in text
+    assert f"Of all {len(ROWS)} published rows (every op and preset, not only those drawn)" in text
     # a CPU run matches no preset: a few common systems are drawn, the rest wait in the legend
     shown = {t["name"].split(" ")[0] for t in lines if t.get("visible") is True}
     assert shown == {"dgx-a100", "dgx-h100", "aws-p5", "gb200-nvl72"}

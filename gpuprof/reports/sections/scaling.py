@@ -202,7 +202,8 @@ def published_comparison(analyzed: Analyzed) -> tuple[str, go.Figure] | None:
     text = (
         "What gpuprof predict --hardware PRESET computes, against published nccl-tests results "
         "of real clusters (diamonds; hover one for its source): lines are NCCL's own cost model on "
-        "each preset at the largest published size. Within "
+        "each preset at the largest published size (the legend shows the others). Of all "
+        f"{len(every)} published rows (every op and preset, not only those drawn), within "
         f"{BOUND:.0%} of the published value: {counted(big)} rows of 256 MiB and more, "
         f"{counted(small)} smaller (latency-bound) rows."
     )
