@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def overview(summary: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def nccl_tests(summary: pd.DataFrame) -> str:
+def nccl_tests(summary: pd.DataFrame, ranks: Sequence[Mapping[str, Any]] = ()) -> str:
     return "".join(f"# toy {r.case_id} {r.widget_us:.1f}\n" for r in summary.itertuples())
 
 

@@ -587,7 +587,12 @@ def test_rows_broken_by_nccls_lines_are_joined_and_keep_nccls_choice(
     # predict calibrates each size against what NCCL ran it with, and says so
     (known,) = _import(gp, tmp_path / "hw", log, "--hardware", "dgx-h100")
     notes = gp("predict", known, "--nodes", "4", "--sizes", "64K").out
-    assert "NCCL's own choice at 3 size(s), its TUNING lines" in notes
+    assert "NCCL's own algorithm at 3 size(s), its TUNING lines)" in notes  # every size
+    # a log without them: the algorithm at its sizes is the model's, and the notes say so
+    plain = LOGS / "07_nccltests309_h100_2nodes_16ranks_mpirun_noise.txt"
+    (other,) = _import(gp, tmp_path / "plain", plain, "--hardware", "dgx-h100")
+    notes = gp("predict", other, "--nodes", "4", "--sizes", "64K").out
+    assert "at the measured sizes too the algorithm is the model's pick" in notes
     # the log ends inside a row: the rows before it kept, the line named
     cut = log.read_text().rsplit("[0]   405.00", 1)[0]
     log.write_text(cut)

@@ -140,11 +140,7 @@ def calibration_notes(
                 continue
             parts.append(
                 f"{c.origin} at {c.nodes} node(s) x {c.gpus} ({c.terms()}"
-                + (
-                    f"; NCCL's own choice at {len(c.choices)} size(s), its TUNING lines"
-                    if c.choices
-                    else ""
-                )
+                + _choices_said(c)
                 + _reached(system, c)
                 + _slow(c)
                 + ")"
@@ -190,6 +186,22 @@ def _apart(used: Calibration, other: Calibration) -> str:
         f" (the two differ {ratio:.1f}x at {format_size(size)}: measure again, or calibrate "
         "with the one that holds)"
     )
+
+
+def _choices_said(c: Calibration) -> str:
+    """Where the algorithm at the measured sizes came from: NCCL's TUNING lines or the model."""
+    if not c.choices:
+        return (
+            "; at the measured sizes too the algorithm is the model's pick: nothing said NCCL's "
+            "own (nccl-tests with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING does)"
+        )
+    rest = "" if _all_said(c) else ", at the other measured sizes the model's pick"
+    return f"; NCCL's own algorithm at {len(c.choices)} size(s), its TUNING lines{rest}"
+
+
+def _all_said(c: Calibration) -> bool:
+    """Whether NCCL said its own algorithm at every measured size."""
+    return {size for size, _ in c.choices} >= {size for size, _ in c.measured}
 
 
 def _slow(c: Calibration) -> str:
