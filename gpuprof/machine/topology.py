@@ -24,15 +24,24 @@ _BUS_RE = re.compile(
 )
 
 
-def normalize_bus_id(bus_id: str) -> str:
-    """A PCI bus id in NVML's form, `00000000:D8:00.0` (8-digit domain, upper case), whatever
-    its source wrote (torch's ids are lower case; sysfs has a 4-digit domain). Unparseable
-    text is returned upper-cased."""
+def bus_id_fields(bus_id: str) -> tuple[int, int, int, int] | None:
+    """(domain, bus, device, function) of a PCI bus id however its source wrote it (NVML's
+    `00000000:D8:00.0`, torch's lower case, sysfs's 4-digit domain); None when it is not one."""
     match = _BUS_RE.match(str(bus_id))
     if not match:
-        return str(bus_id).strip().upper()
+        return None
     domain, bus, device, function = match.groups()
-    return f"{int(domain or '0', 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function}"
+    return int(domain or "0", 16), int(bus, 16), int(device, 16), int(function)
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """A PCI bus id in NVML's form, `00000000:D8:00.0` (8-digit domain, upper case), whatever
+    its source wrote. Unparseable text is returned upper-cased."""
+    fields = bus_id_fields(bus_id)
+    if fields is None:
+        return str(bus_id).strip().upper()
+    domain, bus, device, function = fields
+    return f"{domain:08X}:{bus:02X}:{device:02X}.{function}"
 
 
 def _level_labels(nvml: Any) -> dict[int, str]:

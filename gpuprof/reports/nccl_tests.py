@@ -13,7 +13,6 @@ footer's average counts each measured case once.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import pandas as pd
 from gpuprof import registry
 from gpuprof.analysis.summary import summarize_run
 from gpuprof.errors import UsageError
+from gpuprof.machine.topology import bus_id_fields
 from gpuprof.runs.nccl_names import TYPES
 from gpuprof.runs.store import Run
 from gpuprof.specs.collectives import IN_PLACE_ONLY, OUT_OF_PLACE_ONLY
@@ -63,9 +63,6 @@ def _body(row: pd.Series | None, measured: pd.Series) -> str:
     return f"  {time:>7}  {algbw:>6}  {busbw:>6}  {float(row['nwrong']):6g}"
 
 
-NVML_BUS = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.[0-9a-fA-F]$")
-
-
 def rank_lines(ranks: Sequence[Mapping[str, Any]]) -> list[str]:
     """nccl-tests' `# Using devices` lines (src/common.cu since 2.13: `#  Rank %2d Group %2d
     Pid %6d on %10s device %2d [%04x:%02x:%02x] %s`) of run.json's ranks, by rank; none
@@ -77,9 +74,9 @@ def rank_lines(ranks: Sequence[Mapping[str, Any]]) -> list[str]:
         if not device.startswith("cuda:") or not name:
             return []
         bus = str(rank.get("pci_bus_id") or "")
-        nvml = NVML_BUS.match(bus)
-        if nvml:
-            bus = f"{int(nvml[1], 16):04x}:{int(nvml[2], 16):02x}:{int(nvml[3], 16):02x}"
+        fields = bus_id_fields(bus)
+        if fields is not None:
+            bus = f"{fields[0]:04x}:{fields[1]:02x}:{fields[2]:02x}"
         lines.append(
             f"#  Rank {int(rank['rank']):2d} Group  0 Pid {int(rank.get('pid') or 0):6d} on "
             f"{rank['host']!s:>10} device {int(device[5:]):2d} [{bus}] {name}"
